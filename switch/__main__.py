@@ -1,0 +1,47 @@
+"""`python -m switch --config CFG.json --control SOCK`: run one switch in the current namespace."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+
+from switch.config import SwitchConfig
+from switch.control import ControlServer
+from switch.dataplane import Switch
+from switch.ring import RingSocket
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m switch", description=__doc__)
+    ap.add_argument("--config", required=True, help="switch config JSON (written by the fabric builder)")
+    ap.add_argument("--control", required=True, help="path of the control Unix socket to create")
+    ap.add_argument("--ring-frames", type=int, default=512, help="rx ring slots per port")
+    args = ap.parse_args(argv)
+    try:
+        config = SwitchConfig.load(args.config)
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        print(f"switch: bad config {args.config}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        switch = Switch(config, open_port=lambda name: RingSocket(name, args.ring_frames))
+    except OSError as exc:
+        print(f"switch {config.name}: cannot open ports: {exc}", file=sys.stderr)
+        return 1
+    control = ControlServer(args.control)
+
+    def stop(_sig, _frm) -> None:
+        switch.running = False
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    print(f"switch {config.name}: forwarding on {len(config.ports)} ports", flush=True)
+    try:
+        switch.run(control)
+    finally:
+        control.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""What one switch process is told at start: its ports, its static FIB and its queue policy.
+
+Derived purely from the topology description, written as JSON by the fabric builder and read by
+`python -m switch`; the switch never reads the topology itself, so it can be run by hand on any
+pair of interfaces (the benchmark does exactly that).
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from topologies import Fabric
+
+
+@dataclass
+class PortConfig:
+    name: str
+    mac: str
+    peer_mac: str
+    peer_node: str
+    rate_mbps: float
+    delay_us: float
+    queue_kb: float
+    ecn_kb: float
+
+
+@dataclass
+class FibConfig:
+    prefix: str
+    next_hops: list[tuple[str, str]]  # (egress port name, next-hop MAC); empty = local
+
+
+@dataclass
+class SwitchConfig:
+    name: str
+    router_ip: str
+    seed: int
+    ports: list[PortConfig] = field(default_factory=list)
+    fib: list[FibConfig] = field(default_factory=list)
+    trim_bytes: int = 128
+    trimming: bool = True
+    trimmable_dscp: int = 10
+    trimmed_dscp: int = 11
+    control_dscp: int = 46
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> SwitchConfig:
+        d = dict(d)
+        d["ports"] = [PortConfig(**p) for p in d.get("ports", [])]
+        d["fib"] = [FibConfig(e["prefix"], [tuple(h) for h in e["next_hops"]]) for e in d.get("fib", [])]
+        return cls(**d)
+
+    @classmethod
+    def load(cls, path: str | Path) -> SwitchConfig:
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+def switch_config(fabric: Fabric, name: str, seed: int = 1) -> SwitchConfig:
+    """The config of switch `name`; the ECMP seed differs per switch to avoid hash polarisation."""
+    p = fabric.params
+    node = fabric.nodes[name]
+    links = {(l.a, l.a_intf): l for l in fabric.links} | {(l.b, l.b_intf): l for l in fabric.links}
+    ports = []
+    for intf in fabric.interfaces[name]:
+        link = links[(name, intf.name)]
+        peer_mac = next(i.mac for i in fabric.interfaces[intf.peer_node] if i.name == intf.peer_name)
+        ports.append(
+            PortConfig(intf.name, intf.mac, peer_mac, intf.peer_node, link.mbps, link.delay_us, p.queue_kb, p.ecn_threshold_kb)
+        )
+    fib = [FibConfig(e.prefix, [(h.port, h.mac) for h in e.next_hops]) for e in fabric.fibs[name]]
+    return SwitchConfig(
+        name=name,
+        router_ip=node.router_ip or "0.0.0.0",
+        seed=zlib.crc32(f"{seed}:{name}".encode()),
+        ports=ports,
+        fib=fib,
+        trim_bytes=p.trim_bytes,
+        trimming=p.trimming,
+        trimmable_dscp=p.trimmable_dscp,
+        trimmed_dscp=p.trimmed_dscp,
+        control_dscp=p.control_dscp,
+    )

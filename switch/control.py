@@ -1,0 +1,204 @@
+"""The switch's control channel: one JSON request per connection on a root-only Unix socket.
+
+`testbed ctl` and `testbed counters` (through the fabric supervisor) use it to apply failures and
+read counters at run time. The protocol is deliberately tiny -- a line of JSON in, a line of JSON
+out -- so that a student can drive a switch with `socat` and so that garbage is easy to reject:
+every malformed request gets {"ok": false, "error": "..."} and the switch keeps forwarding.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from switch.dataplane import Switch
+
+MAX_REQUEST = 65536
+CLIENT_TIMEOUT_S = 0.2
+
+
+class ControlError(RuntimeError):
+    """The switch answered a request with an error, or could not be reached."""
+
+
+class ControlServer:
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)  # root-only: failure controls are privileged
+        try:
+            self.sock.bind(self.path)
+        finally:
+            os.umask(old)
+        self.sock.listen(16)
+        self.sock.setblocking(False)
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def serve(self, switch: Switch) -> None:
+        """Answer every pending connection (called when the listening socket is readable)."""
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except BlockingIOError:
+                return
+            with conn:
+                conn.settimeout(CLIENT_TIMEOUT_S)
+                try:
+                    reply = handle(switch, _read_line(conn))
+                except Exception as exc:  # noqa: BLE001 - a bad request must never stop the switch
+                    reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+                try:
+                    conn.sendall(json.dumps(reply).encode() + b"\n")
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.sock.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+def _read_line(conn: socket.socket) -> bytes:
+    buf = b""
+    while b"\n" not in buf:
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        buf += chunk
+        if len(buf) > MAX_REQUEST:
+            raise ValueError("request too long")
+    return buf.split(b"\n", 1)[0]
+
+
+def _number(req: dict, key: str, lo: float, hi: float) -> float:
+    v = req[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
+        raise ValueError(f"{key}: must be a number in [{lo:g}, {hi:g}], got {v!r}")
+    return float(v)
+
+
+def _flag(req: dict, key: str) -> bool:
+    v = req[key]
+    if not isinstance(v, bool):
+        raise ValueError(f"{key}: must be true or false, got {v!r}")
+    return v
+
+
+PORT_KEYS = {"op", "port", "up", "rx_up", "blackhole", "loss_pct", "rx_blackhole", "rx_loss_pct", "rate_mbps", "heal"}
+
+
+def handle(switch: Switch, line: bytes) -> dict[str, Any]:
+    """Apply one request to `switch`; returns the reply (never raises for bad input)."""
+    try:
+        req = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return {"ok": False, "error": f"request is not JSON: {exc}"}
+    if not isinstance(req, dict) or not isinstance(req.get("op"), str):
+        return {"ok": False, "error": "request must be an object with a string 'op'"}
+    op = req["op"]
+    try:
+        if op == "ping":
+            return {"ok": True, "switch": switch.name, "pid": os.getpid()}
+        if op == "counters":
+            return {"ok": True, "counters": switch.counters()}
+        if op == "port":
+            return _port(switch, req)
+        if op == "switch":
+            switch.set_switch_up(_flag(req, "up"))
+            return {"ok": True}
+        if op == "debug":
+            return _debug(switch, req)
+        if op == "stop":
+            switch.running = False
+            return {"ok": True}
+    except KeyError as exc:
+        return {"ok": False, "error": f"{op}: missing field {exc.args[0]!r}"}
+    except ValueError as exc:
+        return {"ok": False, "error": f"{op}: {exc}"}
+    return {"ok": False, "error": f"unknown op {op!r}"}
+
+
+def _port(switch: Switch, req: dict) -> dict:
+    unknown = set(req) - PORT_KEYS
+    if unknown:
+        raise ValueError(f"unknown field {sorted(unknown)[0]!r}")
+    name = req["port"]
+    port = switch.port_by_name.get(name) if isinstance(name, str) else None
+    if port is None:
+        raise ValueError(f"no port {name!r} on {switch.name}")
+    # Validate everything before changing anything: a half-applied request would be a lie.
+    changes: list = []
+    if req.get("heal"):
+        changes.append(port.heal)
+    if "up" in req:
+        up = _flag(req, "up")
+        changes.append(lambda: switch.set_port_up(port, up))
+    if "rx_up" in req:
+        rx_up = _flag(req, "rx_up")
+        changes.append(lambda: setattr(port, "rx_up", rx_up))
+    if "blackhole" in req:
+        bh = _flag(req, "blackhole")
+        changes.append(lambda: setattr(port, "blackhole", bh))
+    if "rx_blackhole" in req:
+        rbh = _flag(req, "rx_blackhole")
+        changes.append(lambda: setattr(port, "rx_blackhole", rbh))
+    if "loss_pct" in req:
+        loss = _number(req, "loss_pct", 0, 100) / 100
+        changes.append(lambda: setattr(port, "loss", loss))
+    if "rx_loss_pct" in req:
+        rloss = _number(req, "rx_loss_pct", 0, 100) / 100
+        changes.append(lambda: setattr(port, "rx_loss", rloss))
+    if "rate_mbps" in req:
+        rate = _number(req, "rate_mbps", 0.001, 100_000)
+        changes.append(lambda: port.set_rate(rate))
+    for change in changes:
+        change()
+    return {"ok": True, "port": port.snapshot()["state"]}
+
+
+def _debug(switch: Switch, req: dict) -> dict:
+    if _flag(req, "on"):
+        path = req.get("path")
+        if not isinstance(path, str):
+            raise ValueError("path: a file to write dissected trims and drops to is required")
+        switch.debug_log = open(path, "a")  # noqa: SIM115 - lives until debug is switched off
+    elif switch.debug_log is not None:
+        switch.debug_log.close()
+        switch.debug_log = None
+    return {"ok": True}
+
+
+def request(path: str | Path, req: dict, timeout: float = 2.0) -> dict:
+    """Send one request to a switch; raises ControlError if unreachable or it answers an error."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
+            s.connect(str(path))
+            s.sendall(json.dumps(req).encode() + b"\n")
+            buf = b""
+            while not buf.endswith(b"\n"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                buf += chunk
+    except OSError as exc:
+        raise ControlError(f"switch control socket {path}: {exc}") from None
+    try:
+        reply = json.loads(buf)
+    except json.JSONDecodeError:
+        raise ControlError(f"switch control socket {path}: unreadable reply {buf[:80]!r}") from None
+    if not reply.get("ok"):
+        raise ControlError(reply.get("error", "unknown error"))
+    return reply

@@ -1,0 +1,258 @@
+"""The switch's event loop: receive bursts, route, queue, serialise, and serve the control socket.
+
+One process per switch node, single-threaded, so there are no locks on the hot path. The loop
+waits in select() (microsecond timeouts, unlike poll/epoll's milliseconds) until a port has
+frames, the control socket has a request, or the earliest egress event is due; then it drains
+every ring in bursts, forwards, and services the egress ports whose time has come.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import select
+import socket
+import time
+from collections.abc import Callable
+
+from switch import frames
+from switch.config import SwitchConfig
+from switch.control import ControlServer
+from switch.fib import Fib
+from switch.port import Port
+from switch.queueing import TrimmingQueue
+
+NO_ROUTE = "no_route"
+TTL_EXPIRED = "ttl_expired"
+SWITCH_DOWN = "switch_down"
+RX_LOSS = "rx_loss"
+RX_BLACKHOLE = "rx_blackhole"
+LOCAL = "local"  # addressed to the switch and not an echo request: consumed, counted
+
+
+class Switch:
+    """Forwarding state plus the loop; I/O is injected so tests can run it without sockets."""
+
+    def __init__(self, config: SwitchConfig, open_port: Callable[[str], object] | None = None) -> None:
+        self.config = config
+        self.name = config.name
+        self.router_ip = socket.inet_aton(config.router_ip)
+        rng = random.Random(config.seed)
+        self.ports: list[Port] = []
+        self.io: list = []
+        for i, pc in enumerate(config.ports):
+            io = open_port(pc.name) if open_port else None
+            self.io.append(io)
+            queue = TrimmingQueue(
+                data_limit_bytes=int(pc.queue_kb * 1000),
+                prio_limit_bytes=int(max(pc.queue_kb * 1000, 64 * config.trim_bytes)),
+                ecn_threshold_bytes=int(pc.ecn_kb * 1000),
+                trim_bytes=config.trim_bytes,
+                trimming=config.trimming,
+                trimmable_dscp=config.trimmable_dscp,
+                trimmed_dscp=config.trimmed_dscp,
+                control_dscp=config.control_dscp,
+            )
+            transmit = io.send if io is not None else (lambda f: True)
+            self.ports.append(
+                Port(i, pc.name, frames.mac_bytes(pc.mac), frames.mac_bytes(pc.peer_mac), pc.rate_mbps, pc.delay_us, queue, transmit, rng)
+            )
+        self.port_by_name = {p.name: p for p in self.ports}
+        index = {p.name: p.index for p in self.ports}
+        self.fib = Fib(
+            [(e.prefix, [(index[port], frames.mac_bytes(mac)) for port, mac in e.next_hops]) for e in config.fib],
+            seed=config.seed,
+        )
+        self.up = True
+        self.drops: dict[str, int] = {}
+        self.local_rx = 0
+        self.icmp_sent = 0
+        self.started = time.time()
+        self.loop_wakeups = 0
+        self.late_us: list[float] = []  # recent timer lateness samples (emulation health)
+        self.debug_log = None
+        self.running = True
+
+    # ----- forwarding -------------------------------------------------------------------------
+
+    def _drop(self, reason: str, frame: bytes | bytearray | None = None) -> None:
+        self.drops[reason] = self.drops.get(reason, 0) + 1
+        if self.debug_log is not None and frame is not None:
+            self._debug("drop", reason, frame)
+
+    def receive(self, port: Port, frame: bytearray, now: float) -> None:
+        """Forward one frame that arrived on `port`."""
+        c = port.counters
+        c.rx_packets += 1
+        c.rx_bytes += len(frame)
+        if not self.up:
+            self._drop(SWITCH_DOWN)
+            return
+        if not port.rx_up:
+            c.drop("link_down")
+            return
+        if port.rx_blackhole:
+            c.drop(RX_BLACKHOLE)
+            return
+        if port.rx_loss and port.rng.random() < port.rx_loss:
+            c.drop(RX_LOSS)
+            return
+        reason = frames.classify(frame)
+        if reason is not None:
+            self._drop(reason, frame)
+            return
+        route = self.fib.lookup(bytes(frame[30:34]))
+        if route is None:
+            self._drop(NO_ROUTE, frame)
+            return
+        if route.local:
+            self._local(frame, now)
+            return
+        if frame[22] <= 1:
+            self._drop(TTL_EXPIRED, frame)
+            self._send_icmp(frames.icmp_time_exceeded(frame, self.router_ip), now)
+            return
+        live = route.live
+        if not live:
+            self._drop(NO_ROUTE if not route.members else "link_down", frame)
+            return
+        out_index, next_mac = live[self.fib.flow_hash(frame) % len(live)] if len(live) > 1 else live[0]
+        out = self.ports[out_index]
+        frames.decrement_ttl(frame)
+        frame[0:6] = next_mac
+        frame[6:12] = out.mac
+        before = out.queue.trims
+        out.offer(frame, now)
+        if self.debug_log is not None and out.queue.trims != before:
+            self._debug("trim", out.name, out.queue.prio[-1])
+
+    def _local(self, frame: bytearray, now: float) -> None:
+        self.local_rx += 1
+        reply = frames.icmp_echo_reply(frame)
+        if reply is None:
+            self._drop(LOCAL)
+            return
+        self._send_icmp(reply, now)
+
+    def _send_icmp(self, packet: bytearray, now: float) -> None:
+        """Route a packet the switch itself originates (ICMP errors and echo replies)."""
+        frame = bytearray(12) + b"\x08\x00" + packet
+        route = self.fib.lookup(bytes(frame[30:34]))
+        if route is None or not route.live:
+            return
+        out_index, next_mac = route.live[self.fib.flow_hash(frame) % len(route.live)]
+        out = self.ports[out_index]
+        frame[0:6] = next_mac
+        frame[6:12] = out.mac
+        self.icmp_sent += 1
+        out.offer(frame, now)
+
+    # ----- failure controls -------------------------------------------------------------------
+
+    def set_port_up(self, port: Port, up: bool) -> None:
+        if up == port.up:
+            return
+        if up:
+            port.up = True
+        else:
+            port.set_down()
+        self.fib.set_port_state(port.index, up, [p.up for p in self.ports])
+
+    def set_switch_up(self, up: bool) -> None:
+        self.up = up
+        if not up:
+            for port in self.ports:
+                n = port.queue.flush() + len(port.inflight)
+                port.inflight.clear()
+                if n:
+                    port.counters.drop(SWITCH_DOWN, n)
+
+    # ----- reporting --------------------------------------------------------------------------
+
+    def counters(self) -> dict:
+        kernel = {}
+        for port, io in zip(self.ports, self.io):
+            if io is not None:
+                kernel[port.name] = {
+                    "kernel_drops": io.poll_kernel_drops(),
+                    "truncated": io.truncated,
+                    "ring_skips": io.ring_skips,
+                }
+        late = sorted(self.late_us)
+        return {
+            "switch": self.name,
+            "up": self.up,
+            "uptime_s": time.time() - self.started,
+            "drops": dict(self.drops),
+            "local_rx": self.local_rx,
+            "icmp_sent": self.icmp_sent,
+            "ports": {p.name: p.snapshot() | kernel.get(p.name, {}) for p in self.ports},
+            "kernel_drops": sum(k["kernel_drops"] + k["truncated"] for k in kernel.values()),
+            "timer_late_us_p99": late[int(0.99 * (len(late) - 1))] if late else 0.0,
+            "cpu_s": sum(os.times()[:2]),
+        }
+
+    def _debug(self, event: str, detail: str, frame: bytes | bytearray) -> None:
+        """Debug mode: dissect what was trimmed or dropped with scapy (slow; off by default)."""
+        from switch.reference import summarize
+
+        self.debug_log.write(json.dumps({"t": time.time(), "event": event, "detail": detail, "packet": summarize(bytes(frame))}) + "\n")
+        self.debug_log.flush()
+
+    # ----- the loop ---------------------------------------------------------------------------
+
+    def run(self, control: ControlServer | None = None) -> None:
+        rings = [io for io in self.io if io is not None]
+        fd_ring = {io.fileno(): (port, io) for port, io in zip(self.ports, self.io) if io is not None}
+        shaped = self.ports
+        waitset = list(fd_ring)
+        if control is not None:
+            waitset.append(control.fileno())
+        batch: list[bytearray] = []
+        deadline: float | None = None
+        monotonic = time.monotonic
+        late = self.late_us
+        pairs = list(fd_ring.values())
+        while self.running:
+            now = monotonic()
+            timeout = 1.0 if deadline is None else max(0.0, deadline - now)
+            if timeout > 0.0:
+                readable, _, _ = select.select(waitset, (), (), timeout)
+                now = monotonic()
+                if deadline is not None and not readable:
+                    if len(late) >= 4096:
+                        del late[:2048]
+                    late.append((now - deadline) * 1e6)
+            else:
+                readable = waitset
+            self.loop_wakeups += 1
+            if control is not None and control.fileno() in readable:
+                control.serve(self)
+            # Drain every ring in bursts; a burst from one port must not starve another.
+            busy = True
+            while busy:
+                busy = False
+                for port, io in pairs:
+                    if io.read_batch(batch, 64):
+                        busy = True
+                        receive = self.receive
+                        for frame in batch:
+                            receive(port, frame, now)
+                        batch.clear()
+                if busy:
+                    now = monotonic()
+                    self._service(shaped, now)
+            deadline = self._service(shaped, monotonic())
+        for io in rings:
+            io.close()
+
+    @staticmethod
+    def _service(ports: list[Port], now: float) -> float | None:
+        deadline = None
+        for port in ports:
+            if port.inflight or port.queue.data or port.queue.prio:
+                t = port.service(now)
+                if t is not None and (deadline is None or t < deadline):
+                    deadline = t
+        return deadline

@@ -1,0 +1,84 @@
+"""Static FIB: longest-prefix match, ECMP groups hashed on the 5-tuple, local repair.
+
+Routes never change after start (static routing is the point of the fabric). What does change is
+which members of an ECMP group are *live*: a port that lost carrier is pruned at once, as switch
+ASICs do in hardware, and restored when carrier returns. A destination whose every next hop is
+down is black-holed -- there is no control plane to route around it; the endpoints must.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import zlib
+from dataclasses import dataclass
+
+_ROUTE_CACHE_MAX = 65536
+
+
+@dataclass
+class Route:
+    """One FIB entry with its live next hops (port index, next-hop MAC)."""
+
+    prefix: str
+    members: tuple[tuple[int, bytes], ...]  # all configured next hops
+    live: tuple[tuple[int, bytes], ...]  # members whose port is up
+    local: bool = False  # addressed to the switch itself
+
+
+class Fib:
+    """LPM over a handful of prefix lengths, with a per-destination cache.
+
+    The cache maps the 4 destination bytes straight to the Route, so the fast path is one dict
+    lookup; ECMP membership changes mutate the Route in place and need no cache flush.
+    """
+
+    def __init__(self, entries: list[tuple[str, list[tuple[int, bytes]]]], seed: int = 0) -> None:
+        self._tables: dict[int, dict[int, Route]] = {}
+        self.routes: list[Route] = []
+        for prefix, hops in entries:
+            net = ipaddress.ip_network(prefix)
+            members = tuple(hops)
+            route = Route(prefix, members, members, local=not members)
+            self._tables.setdefault(net.prefixlen, {})[int(net.network_address)] = route
+            self.routes.append(route)
+        self._lengths = sorted(self._tables, reverse=True)
+        self._masks = {n: (0xFFFFFFFF << (32 - n)) & 0xFFFFFFFF for n in self._lengths}
+        self._cache: dict[bytes, Route | None] = {}
+        self.seed = seed & 0xFFFFFFFF
+
+    def lookup(self, dst: bytes) -> Route | None:
+        """Route for 4-byte destination `dst`, or None (no route)."""
+        try:
+            return self._cache[dst]
+        except KeyError:
+            pass
+        addr = int.from_bytes(dst, "big")
+        found = None
+        for n in self._lengths:
+            found = self._tables[n].get(addr & self._masks[n])
+            if found is not None:
+                break
+        if len(self._cache) >= _ROUTE_CACHE_MAX:
+            self._cache.clear()
+        self._cache[bytes(dst)] = found
+        return found
+
+    def flow_hash(self, frame: bytes | bytearray | memoryview) -> int:
+        """Hash of (proto, src, dst, sport, dport): the UDP source port (EV) picks the path."""
+        proto = frame[23]
+        if proto == 6 or proto == 17:
+            return zlib.crc32(frame[26:38], self.seed ^ proto)
+        return zlib.crc32(frame[26:34], self.seed ^ proto)
+
+    def set_port_state(self, port: int, up: bool, ports_up: list[bool]) -> None:
+        """Recompute live members of every group after a carrier change on `port`."""
+        for route in self.routes:
+            if any(p == port for p, _ in route.members):
+                route.live = tuple(m for m in route.members if ports_up[m[0]])
+
+
+def select_next_hop(route: Route, h: int) -> tuple[int, bytes] | None:
+    live = route.live
+    if not live:
+        return None
+    return live[h % len(live)]

@@ -1,0 +1,203 @@
+"""One switch port: egress shaping, propagation delay, failure controls and counters.
+
+The link model is the one a datacenter link has: a packet waits in the port's TrimmingQueue,
+is serialised at the configured rate (the port is busy for len*8/rate seconds), then flies for
+the propagation delay and arrives. The kernel has no netem here, and trimming only happens where
+the switch owns the queue, so all of it is emulated in the switch.
+
+Timekeeping is virtual: `busy_until` advances by exact serialisation times, so the long-run rate
+is exact even though the event loop wakes up late by the timer's jitter; a late wake-up may catch
+up at most CATCH_UP_S of backlog, so an idle port never bursts.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Callable
+
+from switch.queueing import DROP_PRIO_FULL, DROP_QUEUE_FULL, ENQUEUED, TRIMMED, TrimmingQueue
+
+CATCH_UP_S = 0.0005
+
+DROP_LINK_DOWN = "link_down"
+DROP_BLACKHOLE = "blackhole"
+DROP_LOSS = "loss"
+DROP_TX_ERROR = "tx_error"
+
+
+class PortCounters:
+    __slots__ = (
+        "rx_packets",
+        "rx_bytes",
+        "tx_packets",
+        "tx_bytes",
+        "drops",
+    )
+
+    def __init__(self) -> None:
+        self.rx_packets = 0
+        self.rx_bytes = 0
+        self.tx_packets = 0
+        self.tx_bytes = 0
+        self.drops: dict[str, int] = {}
+
+    def drop(self, reason: str, n: int = 1) -> None:
+        self.drops[reason] = self.drops.get(reason, 0) + n
+
+
+class Port:
+    """Egress side of a port plus its run-time failure state.
+
+    `transmit(frame)` puts a frame on the wire (the real veth); it returns False if the kernel
+    refused it, which is counted as a kernel-side drop, apart from emulated drops.
+    """
+
+    def __init__(
+        self,
+        index: int,
+        name: str,
+        mac: bytes,
+        peer_mac: bytes,
+        rate_mbps: float,
+        delay_us: float,
+        queue: TrimmingQueue,
+        transmit: Callable[[bytes | bytearray], bool],
+        rng: random.Random,
+    ) -> None:
+        self.index = index
+        self.name = name
+        self.mac = mac
+        self.peer_mac = peer_mac
+        self.nominal_rate_mbps = rate_mbps
+        self.nominal_delay_us = delay_us
+        self.queue = queue
+        self.transmit = transmit
+        self.rng = rng
+        self.counters = PortCounters()
+        # Failure state (egress direction of this port).
+        self.up = True
+        self.blackhole = False
+        self.loss = 0.0  # probability in [0, 1]
+        # Failure state applied on receive: used for links whose far end is a host, which has
+        # no switch to impair its egress.
+        self.rx_up = True
+        self.rx_blackhole = False
+        self.rx_loss = 0.0
+        self.busy_until = 0.0
+        self.inflight: deque[tuple[float, bytearray]] = deque()
+        self.set_rate(rate_mbps)
+        self.delay_s = delay_us / 1e6
+
+    def set_rate(self, mbps: float) -> None:
+        self.rate_mbps = mbps
+        self.sec_per_byte = 8.0 / (mbps * 1e6) if mbps > 0 else 0.0
+
+    @property
+    def shaped(self) -> bool:
+        return self.sec_per_byte > 0.0 or self.delay_s > 0.0
+
+    def heal(self) -> None:
+        """Back to nominal from any impairment (carrier state is separate: link-up)."""
+        self.blackhole = self.rx_blackhole = False
+        self.rx_up = True
+        self.loss = self.rx_loss = 0.0
+        self.set_rate(self.nominal_rate_mbps)
+        self.delay_s = self.nominal_delay_us / 1e6
+
+    def set_down(self) -> None:
+        self.up = False
+        dropped = self.queue.flush() + len(self.inflight)
+        self.inflight.clear()
+        if dropped:
+            self.counters.drop(DROP_LINK_DOWN, dropped)
+
+    def offer(self, frame: bytearray, now: float) -> None:
+        """Hand a routed frame to this port's egress (fast path when idle and unshaped)."""
+        if not self.up:
+            self.counters.drop(DROP_LINK_DOWN)
+            return
+        if not self.shaped:
+            self._wire(frame)
+            return
+        verdict = self.queue.enqueue(frame)
+        if verdict is not ENQUEUED and verdict is not TRIMMED:
+            self.counters.drop(verdict)
+            return
+        if self.busy_until <= now and len(self.queue) == 1:
+            self.service(now)
+
+    def service(self, now: float) -> float | None:
+        """Move frames from queue to wire as time allows; returns the next time to call again."""
+        q = self.queue
+        if q.data or q.prio:
+            busy = self.busy_until
+            floor = now - CATCH_UP_S
+            spb = self.sec_per_byte
+            delay = self.delay_s
+            while busy <= now:
+                frame = q.dequeue()
+                if frame is None:
+                    break
+                start = busy if busy > floor else now
+                busy = start + len(frame) * spb
+                if delay == 0.0 and busy <= now:
+                    self._wire(frame)
+                else:
+                    self.inflight.append((busy + delay, frame))
+            self.busy_until = busy
+        inflight = self.inflight
+        while inflight and inflight[0][0] <= now:
+            self._wire(inflight.popleft()[1])
+        nxt = None
+        if q.data or q.prio:
+            nxt = self.busy_until
+        if inflight and (nxt is None or inflight[0][0] < nxt):
+            nxt = inflight[0][0]
+        return nxt
+
+    def _wire(self, frame: bytes | bytearray) -> None:
+        """The frame leaves the switch: gray failures act here, on the wire, after the queue."""
+        if self.blackhole:
+            self.counters.drop(DROP_BLACKHOLE)
+            return
+        if self.loss and self.rng.random() < self.loss:
+            self.counters.drop(DROP_LOSS)
+            return
+        if self.transmit(frame):
+            c = self.counters
+            c.tx_packets += 1
+            c.tx_bytes += len(frame)
+        else:
+            self.counters.drop(DROP_TX_ERROR)
+
+    def snapshot(self) -> dict:
+        q = self.queue
+        c = self.counters
+        return {
+            "rx_packets": c.rx_packets,
+            "rx_bytes": c.rx_bytes,
+            "tx_packets": c.tx_packets,
+            "tx_bytes": c.tx_bytes,
+            "drops": dict(c.drops),
+            "trims": q.trims,
+            "ecn_marks": q.ecn_marks,
+            "queue_bytes": q.data_bytes,
+            "prio_queue_bytes": q.prio_bytes,
+            "max_queue_bytes": q.max_data_bytes,
+            "max_prio_queue_bytes": q.max_prio_bytes,
+            "state": {
+                "up": self.up,
+                "blackhole": self.blackhole,
+                "loss_pct": self.loss * 100,
+                "rx_up": self.rx_up,
+                "rx_blackhole": self.rx_blackhole,
+                "rx_loss_pct": self.rx_loss * 100,
+                "rate_mbps": self.rate_mbps,
+                "delay_us": self.delay_s * 1e6,
+            },
+        }
+
+
+# Verdicts that counters record per reason (re-exported for the dataplane).
+QUEUE_DROPS = (DROP_QUEUE_FULL, DROP_PRIO_FULL)

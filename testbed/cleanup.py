@@ -1,0 +1,106 @@
+"""Removes what this tool left behind, and only that.
+
+A fabric is found by its run directory (RUN_ROOT/<name>/state.json lists every process it
+started, with start times) and, for processes that were started after the last save, by the
+TESTBED_FABRIC=<name> variable every one of them inherits. Namespaces and the veths inside them
+disappear when the last process holding them is gone, so killing exactly these processes is a
+complete teardown. Nothing is ever killed by name, and no interface is deleted by pattern.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+from testbed.state import RUN_ROOT, FabricState, StateError, list_fabrics, process_start_ticks
+
+FABRIC_ENV = b"TESTBED_FABRIC="
+ROLE_ORDER = ("endpoint", "helper", "switch", "node-shell", "supervisor")
+
+
+def tagged_pids(name: str) -> list[int]:
+    """PIDs whose environment says they belong to fabric `name`."""
+    tag = FABRIC_ENV + name.encode()
+    found = []
+    me = os.getpid()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            env = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if tag in env.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+def _kill(pids: list[int], grace_s: float) -> list[int]:
+    """SIGTERM, wait up to `grace_s`, then SIGKILL; returns what was still alive at the end."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace_s
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [p for p in alive if _exists(p)]
+    for pid in alive:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    time.sleep(0.05)
+    return [p for p in alive if _exists(p)]
+
+
+def _exists(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def clean_fabric(name: str, grace_s: float = 2.0) -> list[str]:
+    """Kill every process of fabric `name` and remove its run directory; returns what was done."""
+    done: list[str] = []
+    directory = RUN_ROOT / name
+    records = []
+    try:
+        records = FabricState.load(directory).processes
+    except StateError:
+        pass
+    by_role = {r: [p.pid for p in records if p.role == r and process_start_ticks(p.pid) == p.start_ticks] for r in ROLE_ORDER}
+    known = {pid for pids in by_role.values() for pid in pids}
+    orphans = [p for p in tagged_pids(name) if p not in known]
+    for role in ROLE_ORDER:
+        pids = by_role[role] + (orphans if role == "endpoint" else [])
+        if pids:
+            left = _kill(pids, grace_s)
+            done.append(f"killed {len(pids) - len(left)} {role} process(es)")
+            if left:
+                done.append(f"could not kill {left}")
+    if directory.exists():
+        shutil.rmtree(directory, ignore_errors=True)
+        done.append(f"removed {directory}")
+    return done
+
+
+def clean_all() -> dict[str, list[str]]:
+    """`testbed clean`: every fabric this tool knows of, live or stale."""
+    return {name: clean_fabric(name) for name in list_fabrics()}
+
+
+def leftovers(name: str) -> list[str]:
+    """What of fabric `name` still exists (used by tests and `testbed clean --check`)."""
+    found = []
+    if (RUN_ROOT / name).exists():
+        found.append(str(RUN_ROOT / name))
+    found += [f"pid {p}" for p in tagged_pids(name)]
+    return found

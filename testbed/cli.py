@@ -1,0 +1,362 @@
+"""The `testbed` command (DESIGN.md "Command line"): up, inspect, exec, ctl, counters, cli, down,
+clean, bench. Errors are one line naming the bad argument, and exit status 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+from testbed import client
+from testbed.state import DEFAULT_NAME, RUN_ROOT, FabricState, StateError, check_name, run_dir
+from topologies import TopologyError, TopologyParams, leaf_spine
+
+UP_TIMEOUT_S = 120.0
+
+
+class CliError(RuntimeError):
+    pass
+
+
+def _need_root(what: str) -> None:
+    if os.geteuid() != 0:
+        raise CliError(f"{what} needs root (network namespaces): run it with sudo")
+
+
+def params_from_args(args: argparse.Namespace) -> TopologyParams:
+    p = TopologyParams(
+        spines=args.spines,
+        leaves=args.leaves,
+        hosts_per_leaf=args.hosts_per_leaf,
+        planes=args.planes,
+        link_mbps=args.link_mbps,
+        delay_us=args.delay_us,
+        queue_kb=args.queue_kb,
+        trim_bytes=args.trim_bytes,
+        trimming=not args.no_trim,
+        ecn_kb=args.ecn_kb,
+        oversubscription=args.oversubscription,
+    )
+    p.validate()
+    return p
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    params = params_from_args(args)  # validate before anything is created
+    check_name(args.name)
+    _need_root("testbed up")
+    directory = run_dir(args.name)
+    if directory.exists():
+        try:
+            st = FabricState.load(directory)
+            if any(p.role == "supervisor" and p.alive() for p in st.processes):
+                raise CliError(f"--name: fabric {args.name!r} is already up (testbed down --name {args.name})")
+        except StateError:
+            pass
+        from testbed.cleanup import clean_fabric
+
+        clean_fabric(args.name)  # stale leftovers of a crashed run of the same name
+    directory.mkdir(parents=True, mode=0o700)
+    log = open(directory / "supervisor.log", "ab")  # noqa: SIM115 - handed to the child
+    env = os.environ | {"TESTBED_FABRIC": args.name, "PYTHONPATH": _root()}
+    from dataclasses import asdict
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "testbed.supervisor", "--name", args.name, "--params", json.dumps(asdict(params)), "--seed", str(args.seed)],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+        cwd="/",
+    )
+    log.close()
+    t0 = time.monotonic()
+    try:
+        while True:
+            time.sleep(0.2)
+            try:
+                st = FabricState.load(directory)
+            except StateError:
+                st = None
+            if st is not None and st.status in ("up", "degraded"):
+                break
+            if proc.poll() is not None or (st is not None and st.status == "failed"):
+                msg = st.message if st else ""
+                tail = _tail(directory / "supervisor.log")
+                proc.wait(10)
+                from testbed.cleanup import clean_fabric
+
+                clean_fabric(args.name)
+                raise CliError(f"fabric {args.name!r} failed to start: {msg or tail}")
+            if time.monotonic() - t0 > UP_TIMEOUT_S:
+                raise CliError(f"fabric {args.name!r} not up after {UP_TIMEOUT_S:g}s (see {directory}/supervisor.log)")
+    except (KeyboardInterrupt, CliError):
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                pass
+        from testbed.cleanup import clean_fabric
+
+        clean_fabric(args.name)
+        raise
+    fab = leaf_spine(params)
+    print(
+        f"fabric {args.name!r} up in {time.monotonic() - t0:.1f}s: {len(fab.hosts())} hosts, "
+        f"{len(fab.switches())} switches, {len(fab.links)} links; {st.message}"
+    )
+    print(f"  try: testbed exec {'--name ' + args.name + ' ' if args.name != DEFAULT_NAME else ''}h1 -- ping -c1 {fab.host_ip(fab.hosts()[-1])}")
+    return 0
+
+
+def _tail(path, n: int = 600) -> str:
+    try:
+        return path.read_text(errors="replace")[-n:].strip().splitlines()[-1]
+    except (OSError, IndexError):
+        return ""
+
+
+def _root() -> str:
+    from pathlib import Path
+
+    return str(Path(__file__).resolve().parent.parent)
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    st = client.inspect(args.name)
+    if args.json:
+        print(json.dumps(st, indent=1))
+        return 0
+    print(f"fabric {st['name']}: {st['status']} - {st['message']}")
+    procs = {(p["role"], p["node"]): p for p in st["processes"]}
+    print(f"{'node':10} {'kind':6} {'pid':>7} {'switch pid':>10}  interfaces")
+    for name, n in st["nodes"].items():
+        sw = procs.get(("switch", name))
+        swpid = "" if sw is None else f"{sw['pid']}{'' if sw.get('alive', True) else ' DEAD'}"
+        intfs = ", ".join(f"{i['name']}{'=' + i['ip'] if i['ip'] else ''}->{i['peer']}" for i in n.get("interfaces", []))
+        print(f"{name:10} {n['kind']:6} {n['pid']:>7} {swpid:>10}  {intfs}")
+    return 0
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    _need_root("testbed exec")
+    argv = list(args.command)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise CliError("exec: no command given (testbed exec NODE -- CMD ...)")
+    st = client.state(args.name)
+    node = st.nodes.get(args.node)
+    if node is None:
+        raise CliError(f"exec: no node {args.node!r} in fabric {args.name!r} (nodes: {', '.join(st.nodes)})")
+    return subprocess.call(["mnexec", "-a", str(node["pid"]), *argv])
+
+
+CTL_USAGE = """actions:
+  link-down A B | link-up A B | blackhole A B | heal A B
+  loss A B PERCENT | degrade A B MBPS | flap A B PERIOD_MS [COUNT]
+  switch-down NODE | switch-up NODE | plane-down K | plane-up K
+  link actions take --direction FROM,TO to act on one direction only (e.g. the ACK path)"""
+
+
+def ctl_request(action: str, rest: list[str], direction: str | None) -> dict:
+    """Parse `testbed ctl ACTION ARGS...` into a supervisor request (pure, tested)."""
+    from testbed.failures import ACTIONS, LINK_ACTIONS, NODE_ACTIONS
+
+    if action not in ACTIONS:
+        raise CliError(f"ctl: unknown action {action!r}\n{CTL_USAGE}")
+    req: dict = {"op": "ctl", "action": action}
+    want = {"loss": ["percent"], "degrade": ["mbps"], "flap": ["period_ms", "count?"]}.get(action, [])
+    if action in LINK_ACTIONS:
+        if len(rest) < 2:
+            raise CliError(f"ctl {action}: needs two adjacent nodes, e.g. {action} spine1 leaf2")
+        req["link"] = rest[:2]
+        rest = rest[2:]
+        if direction:
+            parts = direction.split(",")
+            if len(parts) != 2:
+                raise CliError(f"--direction: expected FROM,TO, got {direction!r}")
+            req["direction"] = parts
+    elif action in NODE_ACTIONS:
+        if len(rest) != 1:
+            raise CliError(f"ctl {action}: needs one switch name")
+        req["node"] = rest[0]
+        rest = []
+    else:
+        if len(rest) != 1 or not rest[0].isdigit():
+            raise CliError(f"ctl {action}: needs a plane number")
+        req["plane"] = int(rest[0])
+        rest = []
+    required = [w for w in want if not w.endswith("?")]
+    if len(rest) < len(required) or len(rest) > len(want):
+        raise CliError(f"ctl {action}: expected {' '.join(w.upper() for w in want)} after the link, got {rest}")
+    for key, value in zip(want, rest):
+        key = key.rstrip("?")
+        try:
+            req[key] = int(value) if key == "count" else float(value)
+        except ValueError:
+            raise CliError(f"ctl {action}: {key.upper()} must be a number, got {value!r}") from None
+    return req
+
+
+def cmd_ctl(args: argparse.Namespace) -> int:
+    req = ctl_request(args.action, args.args, args.direction)
+    reply = client.call(args.name, req)
+    print(f"{args.action} applied ({reply['steps']} switch changes)" if reply.get("steps") is not None else "ok")
+    return 0
+
+
+def cmd_counters(args: argparse.Namespace) -> int:
+    counters = client.call(args.name, {"op": "counters", "node": args.node})["counters"]
+    if args.json:
+        print(json.dumps(counters, indent=1))
+        return 0
+    print(f"{'switch/port':18} {'rx pkts':>9} {'tx pkts':>9} {'trims':>7} {'ecn':>6} {'maxq kB':>8}  drops")
+    for sw, c in counters.items():
+        if "error" in c:
+            print(f"{sw:18} ERROR {c['error']}")
+            continue
+        extra = f"  switch drops {c['drops']}" if c["drops"] else ""
+        print(f"{sw}: kernel drops {c['kernel_drops']}, timer late p99 {c['timer_late_us_p99']:.0f} us{extra}")
+        for port, pc in c["ports"].items():
+            drops = ",".join(f"{k}={v}" for k, v in pc["drops"].items()) or "-"
+            print(
+                f"  {port:16} {pc['rx_packets']:>9} {pc['tx_packets']:>9} {pc['trims']:>7} {pc['ecn_marks']:>6}"
+                f" {pc['max_queue_bytes'] / 1000:>8.1f}  {drops}"
+            )
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    _need_root("testbed down")
+    directory = run_dir(args.name)
+    if not directory.exists():
+        raise CliError(f"--name: no fabric named {args.name!r} is up")
+    try:
+        client.call(args.name, {"op": "down"}, timeout=5)
+        deadline = time.monotonic() + 20
+        while directory.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    except client.ClientError:
+        pass  # supervisor gone: clean up from the state file below
+    from testbed.cleanup import clean_fabric, leftovers
+
+    clean_fabric(args.name)  # anything the supervisor could not remove
+    left = leftovers(args.name)
+    if left:
+        raise CliError(f"down: left behind {left}")
+    print(f"fabric {args.name!r} down; nothing left behind")
+    return 0
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    _need_root("testbed clean")
+    from testbed.cleanup import clean_all
+
+    done = clean_all()
+    if not done:
+        print(f"nothing to clean under {RUN_ROOT}")
+    for name, actions in done.items():
+        print(f"{name}: {'; '.join(actions) or 'nothing left'}")
+    return 0
+
+
+def cmd_cli(args: argparse.Namespace) -> int:
+    from testbed.interactive import FabricCli
+
+    FabricCli(args.name).cmdloop()
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    _need_root("testbed bench")
+    if args.what != "switch":
+        raise CliError(f"bench: {args.what!r} is not available yet (only 'switch')")
+    from testbed.bench.switch_bench import run_switch_bench
+
+    result = run_switch_bench(duration_s=args.duration, quick=args.quick)
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        from testbed.bench.switch_bench import format_table
+
+        print(format_table(result))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="testbed", description="Emulated leaf-spine fabric for MRC-style multipath transport.")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    def named(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--name", default=DEFAULT_NAME, help=f"fabric name (default {DEFAULT_NAME})")
+        return p
+
+    up = named(sub.add_parser("up", help="build a fabric and leave it running"))
+    d = TopologyParams()
+    up.add_argument("--spines", type=int, required=True)
+    up.add_argument("--leaves", type=int, required=True)
+    up.add_argument("--hosts-per-leaf", type=int, required=True)
+    up.add_argument("--planes", type=int, default=d.planes)
+    up.add_argument("--link-mbps", type=float, default=d.link_mbps, help="link rate; 0 = unshaped")
+    up.add_argument("--delay-us", type=float, default=d.delay_us, help="one-way propagation delay per link")
+    up.add_argument("--queue-kb", type=float, default=d.queue_kb, help="data queue per switch port (kB)")
+    up.add_argument("--ecn-kb", type=float, default=None, help="ECN marking threshold (default half the queue)")
+    up.add_argument("--trim-bytes", type=int, default=d.trim_bytes, help="frame length after trimming")
+    up.add_argument("--no-trim", action="store_true", help="tail-drop instead of trimming")
+    up.add_argument("--oversubscription", type=float, default=d.oversubscription, help="host/uplink capacity ratio per leaf")
+    up.add_argument("--seed", type=int, default=1, help="ECMP hash seeds derive from it")
+    up.set_defaults(func=cmd_up)
+
+    ins = named(sub.add_parser("inspect", help="nodes, NICs, addresses, ports, PIDs"))
+    ins.add_argument("--json", action="store_true")
+    ins.set_defaults(func=cmd_inspect)
+
+    ex = named(sub.add_parser("exec", help="run a command in a node's namespace (exit status kept)"))
+    ex.add_argument("node")
+    ex.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ...")
+    ex.set_defaults(func=cmd_exec)
+
+    ctl = named(sub.add_parser("ctl", help="apply a failure action", epilog=CTL_USAGE, formatter_class=argparse.RawDescriptionHelpFormatter))
+    ctl.add_argument("action")
+    ctl.add_argument("args", nargs="*")
+    ctl.add_argument("--direction", help="FROM,TO: impair one direction of the link only")
+    ctl.set_defaults(func=cmd_ctl)
+
+    co = named(sub.add_parser("counters", help="per-port switch counters"))
+    co.add_argument("--json", action="store_true")
+    co.add_argument("node", nargs="?")
+    co.set_defaults(func=cmd_counters)
+
+    named(sub.add_parser("cli", help="interactive shell: node commands plus testbed commands")).set_defaults(func=cmd_cli)
+    named(sub.add_parser("down", help="tear down exactly what `up` built")).set_defaults(func=cmd_down)
+    sub.add_parser("clean", help="remove leftovers of this tool only").set_defaults(func=cmd_clean)
+
+    be = sub.add_parser("bench", help="benchmarks with same-run baselines")
+    be.add_argument("what", choices=["switch", "endpoint", "fabric", "failover"])
+    be.add_argument("--json", action="store_true")
+    be.add_argument("--duration", type=float, default=2.0, help="seconds per measurement")
+    be.add_argument("--quick", action="store_true", help="shorter runs (CI)")
+    be.set_defaults(func=cmd_bench)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (CliError, TopologyError, StateError, client.ClientError) as exc:
+        print(f"testbed: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("testbed: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

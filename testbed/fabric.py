@@ -1,0 +1,256 @@
+"""Builds a topology description into namespaces, veths and switch processes, with Mininet.
+
+Mininet is only the builder: `Mininet(controller=None, switch=None)` with every node -- hosts and
+switches alike -- as a plain namespaced Host. What makes a node a switch is the `python -m switch`
+process this module starts inside its namespace. Everything created is recorded in the fabric's
+state file as it is created, so a teardown after any failure removes exactly that, and nothing
+else (never `mn -c`, which kills by name and deletes every `*-ethN` link on the machine).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from switch.config import switch_config
+from switch.control import ControlError, request
+from testbed.state import FabricState, ProcessRecord, record
+from topologies import Fabric
+
+OFFLOADS = ("tso", "gso", "gro", "tx", "rx", "sg")
+SWITCH_START_TIMEOUT_S = 15.0
+
+
+class BuildError(RuntimeError):
+    """The fabric could not be built; the message says which node or link."""
+
+
+def _mininet():
+    # Imported here so that `testbed --help`, validation and pure tests never need Mininet.
+    from mininet.log import setLogLevel
+    from mininet.net import Mininet
+    from mininet.node import Host
+
+    setLogLevel("error")
+    return Mininet, Host
+
+
+class FabricBuilder:
+    """Owns the Mininet object of one fabric for as long as the fabric is up."""
+
+    def __init__(self, fabric: Fabric, state: FabricState, directory: Path, seed: int = 1) -> None:
+        self.fabric = fabric
+        self.state = state
+        self.dir = directory
+        self.seed = seed
+        self.net = None
+        self.switch_procs: dict[str, subprocess.Popen] = {}
+        self.switch_logs: dict[str, object] = {}
+
+    # ----- build ------------------------------------------------------------------------------
+
+    def build(self) -> None:
+        Mininet, Host = _mininet()
+        fab = self.fabric
+        self.net = Mininet(topo=None, controller=None, switch=None, host=Host, build=False, cleanup=False)
+        for name, node in fab.nodes.items():
+            h = self.net.addHost(name, ip=None, inNamespace=True)
+            self.state.processes.append(record("node-shell", name, h.pid))
+            self.state.nodes[name] = {"kind": node.kind, "plane": node.plane, "pid": h.pid, "router_ip": node.router_ip}
+        self.state.save(self.dir)
+        for link in fab.links:
+            a_mac = self._mac(link.a, link.a_intf)
+            b_mac = self._mac(link.b, link.b_intf)
+            self.net.addLink(
+                link.a, link.b, intfName1=link.a_intf, intfName2=link.b_intf, addr1=a_mac, addr2=b_mac
+            )
+        for name in fab.nodes:
+            self._configure_node(name)
+        self.state.nodes = {
+            n: v | {"interfaces": [self._intf_info(i) for i in fab.interfaces[n]]} for n, v in self.state.nodes.items()
+        }
+        self.state.save(self.dir)
+
+    def _mac(self, node: str, intf: str) -> str:
+        return next(i.mac for i in self.fabric.interfaces[node] if i.name == intf)
+
+    @staticmethod
+    def _intf_info(i) -> dict:
+        return {"name": i.name, "mac": i.mac, "ip": i.ip, "peer": i.peer_node, "peer_intf": i.peer_name, "plane": i.plane}
+
+    def node(self, name: str):
+        return self.net.nameToNode[name]
+
+    def _configure_node(self, name: str) -> None:
+        node = self.node(name)
+        fab = self.fabric
+        cmds = [
+            "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
+            "ip link set lo up",
+        ]
+        for intf in fab.interfaces[name]:
+            # Offloads off: otherwise AF_PACKET sees 64 KB GSO frames and forwarding breaks.
+            cmds.append(f"ethtool -K {intf.name} " + " ".join(f"{o} off" for o in OFFLOADS) + " >/dev/null 2>&1")
+            cmds.append(f"ip link set {intf.name} up")
+        if fab.nodes[name].kind == "host":
+            cmds += self._host_commands(name)
+        else:
+            # A switch namespace has no addresses: the kernel must never answer for the switch.
+            cmds.append("sysctl -qw net.ipv4.ip_forward=0")
+        out = node.cmd(" && ".join(cmds) + " ; echo rc=$?")
+        if not out.strip().endswith("rc=0"):
+            raise BuildError(f"configuring {name} failed: {out.strip()[-300:]}")
+        if fab.nodes[name].kind == "host":
+            self._check_host(name)
+
+    def _host_commands(self, name: str) -> list[str]:
+        fab = self.fabric
+        p = fab.params
+        cmds = []
+        for intf in fab.interfaces[name]:
+            cmds.append(f"ip addr add {intf.ip}/{intf.prefixlen} dev {intf.name}")
+            if p.link_mbps > 0:
+                cmds.append(self._tbf_command(intf.name, p.link_mbps))
+        for r in fab.host_routes[name]:
+            cmds.append(f"ip route add {r.prefix} via {r.via} dev {r.dev}")
+        for n in fab.host_neighbours[name]:
+            cmds.append(f"ip neigh replace {n.ip} lladdr {n.mac} dev {n.dev} nud permanent")
+        return cmds
+
+    @staticmethod
+    def _tbf_command(dev: str, mbps: float) -> str:
+        """The host NIC's line rate: a token bucket whose queue back-pressures the host stack.
+
+        Switch ports are shaped by the switch itself; a host has no switch, so its egress is
+        limited in its own kernel, like a NIC that cannot send faster than its link.
+        """
+        burst = max(3028, int(mbps * 1e6 / 8 * 0.0002))  # ~200 us of line rate, >= 2 frames
+        return f"tc qdisc replace dev {dev} root tbf rate {mbps:g}mbit burst {burst} latency 20ms"
+
+    def set_host_rate(self, host: str, dev: str, mbps: float) -> None:
+        out = self.node(host).cmd(self._tbf_command(dev, mbps) + " ; echo rc=$?")
+        if not out.strip().endswith("rc=0"):
+            raise BuildError(f"{host}: setting the rate of {dev} failed: {out.strip()[-200:]}")
+
+    def _check_host(self, name: str) -> None:
+        out = self.node(name).cmd("ip -br addr; ip route")
+        for intf in self.fabric.interfaces[name]:
+            if intf.ip not in out:
+                raise BuildError(f"{name}: address {intf.ip} missing on {intf.name}: {out.strip()}")
+
+    # ----- switches ---------------------------------------------------------------------------
+
+    def start_switches(self) -> None:
+        for name in self.fabric.switches():
+            self._start_switch(name)
+        deadline = time.monotonic() + SWITCH_START_TIMEOUT_S
+        pending = set(self.fabric.switches())
+        while pending:
+            for name in sorted(pending):
+                proc = self.switch_procs[name]
+                if proc.poll() is not None:
+                    raise BuildError(f"switch {name} exited with {proc.returncode}: {self.switch_log_tail(name)}")
+                try:
+                    request(self.state.switch_sockets[name], {"op": "ping"}, timeout=0.5)
+                    pending.discard(name)
+                except ControlError:
+                    pass
+            if pending and time.monotonic() > deadline:
+                raise BuildError(f"switches did not start in {SWITCH_START_TIMEOUT_S:g}s: {sorted(pending)}")
+            if pending:
+                time.sleep(0.05)
+
+    def _start_switch(self, name: str) -> None:
+        cfg = switch_config(self.fabric, name, seed=self.seed)
+        cfg_path = self.dir / "switches" / f"{name}.json"
+        cfg_path.parent.mkdir(parents=True, exist_ok=True)
+        cfg_path.write_text(cfg.to_json())
+        sock = self.dir / "switches" / f"{name}.sock"
+        log = open(self.dir / "switches" / f"{name}.log", "ab")  # noqa: SIM115 - kept for the process
+        self.switch_logs[name] = log
+        node = self.node(name)
+        cmd = [
+            "mnexec", "-a", str(node.pid),
+            sys.executable, "-m", "switch", "--config", str(cfg_path), "--control", str(sock),
+        ]  # fmt: skip
+        env = os.environ | {"PYTHONPATH": _project_root()}
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        self.switch_procs[name] = proc
+        self.state.switch_sockets[name] = str(sock)
+        self.state.processes.append(ProcessRecord("switch", name, proc.pid, _ticks_or_zero(proc.pid)))
+        self.state.save(self.dir)
+
+    def restart_switch(self, name: str) -> None:
+        self._start_switch(name)
+
+    def switch_log_tail(self, name: str, n: int = 400) -> str:
+        try:
+            return (self.dir / "switches" / f"{name}.log").read_text(errors="replace")[-n:].strip()
+        except OSError:
+            return ""
+
+    # ----- checks -----------------------------------------------------------------------------
+
+    def check_reachability(self, timeout_s: float = 2.0) -> list[str]:
+        """Ping every other host on every plane from every host; returns the failures."""
+        fab = self.fabric
+        targets = [(h, fab.host_ip(h, k)) for h in fab.hosts() for k in range(1, fab.params.planes + 1)]
+        failures: list[str] = []
+        procs = []
+        for src in fab.hosts():
+            ips = [ip for h, ip in targets if h != src]
+            script = " ".join(
+                f"(ping -n -q -c1 -W{timeout_s:g} {ip} >/dev/null 2>&1 || echo {ip}) &" for ip in ips
+            )
+            procs.append((src, self.node(src).popen(["sh", "-c", script + " wait"], stdout=subprocess.PIPE)))
+        for src, proc in procs:
+            out, _ = proc.communicate(timeout=timeout_s * 4 + 5)
+            failures += [f"{src} -> {ip}" for ip in out.decode().split()]
+        return failures
+
+    # ----- teardown ---------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        for proc in self.switch_procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 3.0
+        for proc in self.switch_procs.values():
+            try:
+                proc.wait(max(0.05, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for log in self.switch_logs.values():
+            log.close()
+        if self.net is not None:
+            for node in list(self.net.hosts):
+                try:
+                    node.terminate()
+                except Exception:  # noqa: BLE001 - keep tearing down the rest
+                    pass
+            self.net = None
+
+
+def _ticks_or_zero(pid: int) -> int:
+    from testbed.state import process_start_ticks
+
+    return process_start_ticks(pid) or 0
+
+
+def _project_root() -> str:
+    return str(Path(__file__).resolve().parent.parent)
+
+
+def node_exec_argv(pid: int, argv: list[str]) -> list[str]:
+    """argv that runs `argv` in the namespace held by `pid` (used by `testbed exec`)."""
+    return ["mnexec", "-a", str(pid), *argv]
+
+
+def shell_join(argv: list[str]) -> str:
+    return " ".join(shlex.quote(a) for a in argv)

@@ -1,0 +1,152 @@
+"""Failure actions (the DESIGN.md list) turned into the switch requests that carry them out.
+
+Pure: given the fabric description and an action, `plan()` returns the steps, so `testbed ctl`,
+the scenario runner and the tests share one meaning of "link-down spine1 leaf2".
+
+Where an impairment acts: a direction of a link is impaired at the switch that sends on it
+(its egress port: queue, serialiser, wire). A host has no switch, so for the host->leaf
+direction the leaf applies it on receive, and a rate change is the host NIC's token bucket.
+A link-down is carrier loss: the sending switch prunes the port from its ECMP groups at once
+(local repair). The switch at the other end of a spine-leaf link cannot route around it -- a
+spine has exactly one port per leaf -- so traffic hashed onto that spine for that leaf is
+black-holed until the link returns, as in a real statically routed fabric.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from topologies import Fabric, TopologyError
+
+LINK_ACTIONS = ("link-down", "link-up", "blackhole", "loss", "degrade", "flap", "heal")
+NODE_ACTIONS = ("switch-down", "switch-up")
+PLANE_ACTIONS = ("plane-down", "plane-up")
+ACTIONS = LINK_ACTIONS + NODE_ACTIONS + PLANE_ACTIONS
+
+
+class FailureError(ValueError):
+    """The action or its arguments are invalid; the message names which."""
+
+
+@dataclass(frozen=True)
+class SwitchStep:
+    switch: str
+    request: dict
+
+
+@dataclass(frozen=True)
+class HostRateStep:
+    host: str
+    dev: str
+    mbps: float
+
+
+@dataclass
+class Plan:
+    action: str
+    steps: list = field(default_factory=list)
+    flap: tuple[float, int] | None = None  # (period_s, count): the caller toggles down/up
+    link: tuple[str, str] | None = None
+    directions: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _directions(fab: Fabric, a: str, b: str, direction: tuple[str, str] | None) -> list[tuple[str, str]]:
+    try:
+        fab.link_between(a, b)
+    except TopologyError as exc:
+        raise FailureError(str(exc)) from None
+    if direction is None:
+        return [(a, b), (b, a)]
+    if len(direction) != 2 or set(direction) != {a, b}:
+        raise FailureError(f"direction: must be [{a}, {b}] or [{b}, {a}], got {list(direction)}")
+    return [tuple(direction)]
+
+
+def _is_switch(fab: Fabric, node: str) -> bool:
+    return fab.nodes[node].kind != "host"
+
+
+def link_steps(fab: Fabric, directions: list[tuple[str, str]], egress: dict, rx: dict | None) -> list:
+    """Requests for each direction: `egress` at a sending switch, `rx` at a leaf facing a host."""
+    steps = []
+    for src, dst in directions:
+        if _is_switch(fab, src):
+            port = fab.interface(src, dst).name
+            steps.append(SwitchStep(src, {"op": "port", "port": port, **egress}))
+        elif rx is not None:
+            port = fab.interface(dst, src).name
+            steps.append(SwitchStep(dst, {"op": "port", "port": port, **rx}))
+    return steps
+
+
+def plan(
+    fab: Fabric,
+    action: str,
+    link: tuple[str, str] | None = None,
+    direction: tuple[str, str] | None = None,
+    node: str | None = None,
+    plane: int | None = None,
+    percent: float | None = None,
+    mbps: float | None = None,
+    period_ms: float | None = None,
+    count: int | None = None,
+) -> Plan:
+    if action not in ACTIONS:
+        raise FailureError(f"action: unknown {action!r}; one of {', '.join(ACTIONS)}")
+    p = Plan(action)
+    if action in LINK_ACTIONS:
+        if link is None or len(link) != 2:
+            raise FailureError(f"{action}: needs a link of two nodes")
+        a, b = link
+        dirs = _directions(fab, a, b, direction)
+        p.link, p.directions = (a, b), dirs
+        if action == "link-down":
+            p.steps = link_steps(fab, dirs, {"up": False}, {"rx_up": False})
+        elif action == "link-up":
+            p.steps = link_steps(fab, dirs, {"up": True}, {"rx_up": True})
+        elif action == "blackhole":
+            p.steps = link_steps(fab, dirs, {"blackhole": True}, {"rx_blackhole": True})
+        elif action == "loss":
+            if percent is None or not 0 <= percent <= 100:
+                raise FailureError(f"loss: percent must be in [0, 100], got {percent}")
+            p.steps = link_steps(fab, dirs, {"loss_pct": percent}, {"rx_loss_pct": percent})
+        elif action == "degrade":
+            if mbps is None or not mbps > 0:
+                raise FailureError(f"degrade: mbps must be > 0, got {mbps}")
+            p.steps = link_steps(fab, dirs, {"rate_mbps": mbps}, None)
+            p.steps += [HostRateStep(src, fab.interface(src, dst).name, mbps) for src, dst in dirs if not _is_switch(fab, src)]
+        elif action == "heal":
+            p.steps = link_steps(fab, dirs, {"heal": True, "up": True}, {"heal": True, "up": True})
+            nominal = fab.link_between(a, b).mbps
+            if nominal > 0:
+                p.steps += [HostRateStep(src, fab.interface(src, dst).name, nominal) for src, dst in dirs if not _is_switch(fab, src)]
+        elif action == "flap":
+            if period_ms is None or not period_ms >= 2:
+                raise FailureError(f"flap: period_ms must be >= 2, got {period_ms}")
+            n = 1 if count is None else count
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise FailureError(f"flap: count must be a positive integer, got {count}")
+            p.flap = (period_ms / 1000.0, n)
+        return p
+    if action in NODE_ACTIONS:
+        if node is None or node not in fab.nodes:
+            raise FailureError(f"{action}: no node named {node!r}")
+        if not _is_switch(fab, node):
+            raise FailureError(f"{action}: {node} is a host, not a switch")
+        p.steps = _switch_steps(fab, [node], up=action == "switch-up")
+        return p
+    if plane is None or not isinstance(plane, int) or not 1 <= plane <= fab.params.planes:
+        raise FailureError(f"{action}: plane must be in 1..{fab.params.planes}, got {plane!r}")
+    p.steps = _switch_steps(fab, fab.plane_switches(plane), up=action == "plane-up")
+    return p
+
+
+def _switch_steps(fab: Fabric, switches: list[str], up: bool) -> list:
+    """A dead switch drops everything, and its neighbours see carrier loss on the ports facing it."""
+    steps = [SwitchStep(s, {"op": "switch", "up": up}) for s in switches]
+    for s in switches:
+        for intf in fab.interfaces[s]:
+            peer = intf.peer_node
+            if _is_switch(fab, peer) and peer not in switches:
+                steps.append(SwitchStep(peer, {"op": "port", "port": intf.peer_name, "up": up}))
+    return steps

@@ -1,0 +1,484 @@
+"""What a run measured, computed from plain time series: pure functions, no I/O, no fabric.
+
+The runner hands over, per transport, when application bytes were delivered, which messages
+were posted and finished, and the step boundaries of an all-reduce; everything in
+`summary.json` is derived here, so every number has exactly one definition (this file) and
+can be unit-tested without a fabric.
+
+Definitions (times are seconds from the workload's start):
+
+* goodput over time: newly delivered application bytes in `BIN_S` (10 ms) bins, in Mbps.
+* goodput_mbps: all delivered bytes / the active period, which runs from the first message's
+  post to the last message's completion (or to the end of the run if something is missing).
+  Idle time after a workload finished does not dilute it; a straggler does.
+* max_stall_ms: the longest interval in which no new bytes were delivered while data was
+  outstanding (posted and not yet complete). Its resolution is that of the delivery samples,
+  so endpoints should report deliveries at 1 ms granularity or finer.
+* failover_ms: see `failover()`.
+* step percentiles: nearest-rank (every reported value is a real step time, P100 = the max).
+  A step that never finished counts as infinitely long, so P100 (and P99 if enough steps are
+  missing) is reported as null: "never finished", not a made-up number.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from testbed.scenario import Event, Expect, Scenario, capacity_mbps, total_bytes
+
+BIN_S = 0.010
+PRE_WINDOW_S = 0.5  # healthy goodput is the median over this long before the first failure
+WARMUP_S = 0.1  # ... ignoring the workload's first 100 ms (connection set-up, slow start)
+SUSTAIN_S = 0.05  # recovered = goodput held at the target for this long, not one lucky bin
+RECOVERY_FRACTION = 0.9  # DESIGN.md: "back at >= 90% of its pre-failure level"
+FALLBACK_EFFICIENCY = 0.85  # healthy level assumed when a failure leaves no pre-window
+
+
+@dataclass(frozen=True)
+class Message:
+    """A unit of application data: posted at `start_s`, complete at `done_s` (None = never)."""
+
+    start_s: float
+    bytes: int
+    done_s: float | None
+
+
+@dataclass
+class TransportRun:
+    """What the runner collected for one transport (the input of `measure`).
+
+    deliveries: (time, bytes newly delivered) samples, in any order, at any granularity.
+    messages: every message the workload posted (flows; for allreduce one per hop per step).
+    steps: (start, end or None) of each all-reduce step that started.
+    end_s: when measurement stopped.
+    retransmits: counts by reason, e.g. {"nack": 12, "timeout": 1, "probe": 3}.
+    trims: trimmed packets counted by the switches while this transport ran.
+    ev_bytes: optional per-EV (or per-path) sent bytes in `BIN_S` bins, for plots only.
+    """
+
+    transport: str
+    deliveries: Sequence[tuple[float, int]]
+    messages: Sequence[Message]
+    end_s: float
+    retransmits: Mapping[str, int] = field(default_factory=dict)
+    trims: int = 0
+    steps: Sequence[tuple[float, float | None]] = ()
+    ev_bytes: Mapping[str, Sequence[float]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AppliedEvent:
+    """An event of the timeline and when the runner really applied it (None = not applied)."""
+
+    event: Event
+    applied_at: float | None
+
+    @property
+    def time(self) -> float:
+        return self.event.at if self.applied_at is None else self.applied_at
+
+
+@dataclass(frozen=True)
+class Emulation:
+    """Health of the emulator itself during the run.
+
+    cpu_util: mean busy fraction of all cores (0..1). timer_jitter_us_p99: P99 lateness of the
+    switches' and endpoints' timers. kernel_drops: packets the kernel dropped because a switch or
+    endpoint process did not read its socket in time -- losses of the machine, not the network.
+    """
+
+    cpu_util: float = 0.0
+    timer_jitter_us_p99: float = 0.0
+    kernel_drops: int = 0
+
+
+@dataclass(frozen=True)
+class Failover:
+    """Failover outcome. status: recovered | not-recovered | not-exercised | no-failure.
+
+    `ms` is a number only when recovered; "not-exercised" means every failure landed while no
+    data was outstanding, so the run says nothing about failover.
+    """
+
+    ms: float | None
+    status: str
+
+
+@dataclass
+class TransportMetrics:
+    """Everything measured for one transport; `summary_entry` is its summary.json form."""
+
+    transport: str
+    delivered_bytes: int
+    expected_bytes: int
+    delivered_all: bool
+    goodput_mbps: float
+    bottleneck_mbps: float
+    max_stall_ms: float
+    failover: Failover
+    retransmits: dict[str, int]
+    trims: int
+    step_ms: list[float]
+    steps_unfinished: int
+    step_percentiles: dict[str, float | None]
+    bin_times: list[float]
+    goodput_bins: list[float]
+    expectations: dict[str, Any]
+    ev_bytes: Mapping[str, Sequence[float]] = field(default_factory=dict)
+
+    @property
+    def lost_bytes(self) -> int:
+        return max(0, self.expected_bytes - self.delivered_bytes)
+
+    @property
+    def p100_over_p50(self) -> float | None:
+        p50, p100 = self.step_percentiles["p50"], self.step_percentiles["p100"]
+        return None if p50 is None or p100 is None or p50 <= 0 else p100 / p50
+
+    @property
+    def goodput_fraction(self) -> float | None:
+        return self.goodput_mbps / self.bottleneck_mbps if self.bottleneck_mbps > 0 else None
+
+    def summary_entry(self) -> dict[str, Any]:
+        return {
+            "delivered_bytes": self.delivered_bytes,
+            "lost_bytes": self.lost_bytes,
+            "goodput_mbps": _r(self.goodput_mbps),
+            "bottleneck_mbps": _r(self.bottleneck_mbps),
+            "max_stall_ms": _r(self.max_stall_ms),
+            "failover_ms": _r(self.failover.ms),
+            "retransmits": dict(self.retransmits),
+            "trims": self.trims,
+            "step_time_ms": {k: _r(v) for k, v in self.step_percentiles.items()},
+            "expectations": self.expectations,
+        }
+
+
+# --------------------------------------------------------------------------- time series
+
+
+def goodput_series(
+    deliveries: Iterable[tuple[float, int]], end_s: float, bin_s: float = BIN_S
+) -> tuple[list[float], list[float]]:
+    """(bin start times, Mbps per bin) over [0, end_s); samples outside are ignored."""
+    nbins = max(1, math.ceil(end_s / bin_s - 1e-9))
+    acc = [0] * nbins
+    for t, nbytes in deliveries:
+        k = int(t / bin_s)
+        if 0 <= t and k < nbins:
+            acc[k] += nbytes
+    scale = 8 / (bin_s * 1e6)
+    return [k * bin_s for k in range(nbins)], [b * scale for b in acc]
+
+
+def outstanding_intervals(messages: Iterable[Message], end_s: float) -> list[tuple[float, float]]:
+    """Merged intervals during which at least one message was posted and not complete."""
+    spans = sorted(
+        (m.start_s, min(end_s, m.done_s) if m.done_s is not None else end_s)
+        for m in messages
+        if m.start_s < end_s
+    )
+    merged: list[tuple[float, float]] = []
+    for a, b in spans:
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def max_stall_ms(
+    delivery_times: Iterable[float], outstanding: Sequence[tuple[float, float]]
+) -> float:
+    """Longest gap between deliveries (or an interval's edges) inside the outstanding intervals."""
+    times = sorted(delivery_times)
+    worst = 0.0
+    for a, b in outstanding:
+        lo, hi = bisect.bisect_right(times, a), bisect.bisect_left(times, b)
+        points = [a, *times[lo:hi], b]
+        worst = max(worst, max(q - p for p, q in zip(points, points[1:], strict=False)))
+    return worst * 1000.0
+
+
+def failover(
+    bin_times: Sequence[float],
+    mbps: Sequence[float],
+    outstanding: Sequence[tuple[float, float]],
+    failure_times: Sequence[float],
+    *,
+    complete: bool,
+    capacity_ratios: Sequence[float] | None = None,
+    fallback_mbps: float | None = None,
+    bin_s: float = BIN_S,
+) -> tuple[Failover, list[Failover]]:
+    """Failover time of the run (the worst over its failures) and of each failure.
+
+    Windows, chosen so that neither a slow start nor a retransmission burst fools it:
+    - healthy level = median bin goodput over the `PRE_WINDOW_S` before the *first* failure
+      (skipping the workload's first `WARMUP_S`); one baseline for all failures, so a second
+      failure cannot hide behind the first one's dip. With fewer than 3 such bins it falls back
+      to `fallback_mbps` (the runner passes FALLBACK_EFFICIENCY x bottleneck).
+    - target = RECOVERY_FRACTION x healthy x capacity ratio, the ratio being what the damaged
+      fabric can still carry over what the healthy one could (1 unless capacity was removed,
+      e.g. 0.5 for one of two planes down).
+    - recovered at the first bin starting at or after the failure from which the mean over
+      `SUSTAIN_S`, with every bin capped at the healthy level, reaches the target; the cap stops
+      one burst of held-back bytes from counting as recovery. Finishing all outstanding data
+      counts as recovered at that moment. Resolution: one bin (10 ms).
+    - a failure while nothing is outstanding is "not-exercised"; still no recovery when the run
+      ended with data outstanding is "not-recovered".
+    """
+    if not failure_times:
+        return Failover(None, "no-failure"), []
+    ratios = list(capacity_ratios) if capacity_ratios is not None else [1.0] * len(failure_times)
+    first = min(failure_times)
+    pre = [
+        v
+        for t, v in zip(bin_times, mbps, strict=True)
+        if first - PRE_WINDOW_S <= t and t + bin_s <= first + 1e-9 and _warm(t, bin_s, outstanding)
+    ]
+    if len(pre) >= 3:
+        healthy = statistics.median(pre)
+    elif fallback_mbps is not None:
+        healthy = fallback_mbps
+    else:
+        healthy = None
+    last_end = outstanding[-1][1] if outstanding else 0.0
+    sustain = max(1, round(SUSTAIN_S / bin_s))
+    each: list[Failover] = []
+    for t_fail, ratio in zip(failure_times, ratios, strict=True):
+        span = next(((a, b) for a, b in outstanding if a <= t_fail < b), None)
+        if span is None or healthy is None or healthy <= 0:
+            each.append(Failover(None, "not-exercised"))
+            continue
+        # The run's data is done at `last_end` only if everything completed; otherwise the
+        # outstanding interval ending at `last_end` was cut by the end of the run.
+        span_done = complete or span[1] < last_end
+        target = RECOVERY_FRACTION * healthy * min(1.0, max(0.0, ratio))
+        k = math.ceil(t_fail / bin_s - 1e-9)
+        result: Failover | None = None
+        while True:
+            window = [
+                min(mbps[j], healthy)
+                for j in range(k, min(k + sustain, len(mbps)))
+                if bin_times[j] + bin_s <= span[1] + 1e-9
+            ]
+            if not window:
+                if span_done:
+                    result = Failover(max(0.0, span[1] - t_fail) * 1000.0, "recovered")
+                else:
+                    result = Failover(None, "not-recovered")
+                break
+            if sum(window) / len(window) >= target:
+                result = Failover(max(0.0, bin_times[k] - t_fail) * 1000.0, "recovered")
+                break
+            k += 1
+        each.append(result)
+    if any(f.status == "not-recovered" for f in each):
+        return Failover(None, "not-recovered"), each
+    done = [f.ms for f in each if f.ms is not None]
+    if not done:
+        return Failover(None, "not-exercised"), each
+    return Failover(max(done), "recovered"), each
+
+
+def _warm(t: float, bin_s: float, intervals: Sequence[tuple[float, float]]) -> bool:
+    """The bin [t, t+bin_s) lies inside one outstanding interval, past its first WARMUP_S."""
+    return any(lo + WARMUP_S <= t + 1e-9 and t + bin_s <= hi + 1e-9 for lo, hi in intervals)
+
+
+def percentiles(values: Iterable[float]) -> dict[str, float | None]:
+    """Nearest-rank P50/P99/P100; infinite values (unfinished steps) come out as None."""
+    data = sorted(values)
+    out: dict[str, float | None] = {}
+    for name, p in (("p50", 50), ("p99", 99), ("p100", 100)):
+        if not data:
+            out[name] = None
+            continue
+        v = data[max(0, math.ceil(p / 100 * len(data)) - 1)]
+        out[name] = None if math.isinf(v) else v
+    return out
+
+
+def step_times_ms(steps: Iterable[tuple[float, float | None]]) -> tuple[list[float], int]:
+    """Durations of finished steps in ms, and how many steps never finished."""
+    finished, unfinished = [], 0
+    for start, end in steps:
+        if end is None:
+            unfinished += 1
+        else:
+            finished.append((end - start) * 1000.0)
+    return finished, unfinished
+
+
+# --------------------------------------------------------------------------- expectations
+
+
+def check_expectations(expect: Expect, measured: Mapping[str, Any]) -> dict[str, Any]:
+    """Compare measured values with the scenario's `expect`; absent expectations are skipped.
+
+    `measured` maps expectation names to values: delivered_all (bool), max_stall_ms,
+    min_goodput_fraction (goodput / bottleneck), max_failover_ms and max_p100_over_p50 (None when
+    not measurable, e.g. never recovered or a step never finished, which fails the check).
+    """
+    checks = []
+    for name, limit in expect.model_dump().items():
+        if limit is None:
+            continue
+        value = measured.get(name)
+        if name == "delivered_all":
+            passed = (value is True) if limit else True
+        elif value is None:
+            passed = False
+        elif name.startswith("max_"):
+            passed = value <= limit
+        else:
+            passed = value >= limit
+        shown = _r(value) if isinstance(value, float) else value
+        checks.append({"name": name, "limit": limit, "value": shown, "passed": bool(passed)})
+    return {"passed": all(c["passed"] for c in checks), "checks": checks}
+
+
+# --------------------------------------------------------------------------- assembly
+
+
+def measure(
+    run: TransportRun, scenario: Scenario, applied: Sequence[AppliedEvent]
+) -> TransportMetrics:
+    """All metrics and expectation checks of one transport's run."""
+    delivered = sum(n for _, n in run.deliveries)
+    expected = total_bytes(scenario)
+    complete = delivered >= expected and all(m.done_s is not None for m in run.messages)
+    outstanding = outstanding_intervals(run.messages, run.end_s)
+    start = min((m.start_s for m in run.messages), default=0.0)
+    if complete and run.messages:
+        active_end = max(m.done_s for m in run.messages if m.done_s is not None)
+    else:
+        active_end = run.end_s
+    active = max(active_end - start, 1e-9)
+    goodput = delivered * 8 / active / 1e6
+    bottleneck = capacity_mbps(scenario)
+
+    times, mbps = goodput_series(run.deliveries, run.end_s)
+    ordered = sorted(applied, key=lambda a: a.time)
+    fail_times, ratios, so_far = [], [], []
+    for a in ordered:
+        if a.applied_at is None:  # never applied: it did not happen to this run
+            continue
+        so_far.append(a.event)
+        if a.event.is_failure:
+            fail_times.append(a.time)
+            after = capacity_mbps(scenario, so_far)
+            ratios.append(after / bottleneck if bottleneck > 0 else 1.0)
+    fo, _ = failover(
+        times,
+        mbps,
+        outstanding,
+        fail_times,
+        complete=complete,
+        capacity_ratios=ratios,
+        fallback_mbps=FALLBACK_EFFICIENCY * bottleneck,
+    )
+    step_ms, unfinished = step_times_ms(run.steps)
+    pct = percentiles([*step_ms, *([math.inf] * unfinished)])
+    metrics = TransportMetrics(
+        transport=run.transport,
+        delivered_bytes=delivered,
+        expected_bytes=expected,
+        delivered_all=complete,
+        goodput_mbps=goodput,
+        bottleneck_mbps=bottleneck,
+        max_stall_ms=max_stall_ms((t for t, n in run.deliveries if n > 0), outstanding),
+        failover=fo,
+        retransmits=dict(run.retransmits),
+        trims=run.trims,
+        step_ms=step_ms,
+        steps_unfinished=unfinished,
+        step_percentiles=pct,
+        bin_times=times,
+        goodput_bins=mbps,
+        expectations={},
+        ev_bytes=run.ev_bytes,
+    )
+    metrics.expectations = check_expectations(
+        scenario.expect,
+        {
+            "delivered_all": metrics.delivered_all,
+            "max_stall_ms": metrics.max_stall_ms,
+            "min_goodput_fraction": metrics.goodput_fraction,
+            "max_failover_ms": metrics.failover.ms,
+            "max_p100_over_p50": metrics.p100_over_p50,
+        },
+    )
+    return metrics
+
+
+def emulation_warning(emulation: Emulation) -> str | None:
+    """The loud line every output carries when the machine, not the network, lost packets."""
+    if emulation.kernel_drops <= 0:
+        return None
+    return (
+        f"EMULATION OVERLOADED: the kernel dropped {emulation.kernel_drops} packets that switch or "
+        "endpoint processes did not read in time; losses and stalls in this run may be the "
+        "machine's, not the protocol's. Lower link_mbps or the workload and run again."
+    )
+
+
+def event_entry(applied: AppliedEvent) -> dict[str, Any]:
+    """One `events` item of summary.json: at, applied_at, action, then the action's fields."""
+    fields = applied.event.model_dump(exclude_none=True)
+    entry: dict[str, Any] = {
+        "at": fields.pop("at"),
+        "applied_at": _r(applied.applied_at, 4),
+        "action": fields.pop("action"),
+    }
+    entry.update(fields)
+    return entry
+
+
+def build_summary(
+    scenario: Scenario,
+    *,
+    events: Sequence[AppliedEvent],
+    transports: Mapping[str, TransportMetrics],
+    emulation: Emulation,
+    started: datetime | str | None = None,
+) -> dict[str, Any]:
+    """summary.json exactly as DESIGN.md fixes it.
+
+    Numbers are null where they do not exist (failover_ms without a recovered failure, step
+    times without an all-reduce, P100 when a step never finished). When kernel_drops > 0,
+    `emulation` also carries a `warning` sentence (see `emulation_warning`): the one addition
+    to the fixed shape, present only then, so nobody reads such a run as a protocol result.
+    """
+    if started is None:
+        started = datetime.now(timezone.utc)
+    if isinstance(started, datetime):
+        started = started.isoformat(timespec="seconds")
+    emu: dict[str, Any] = {
+        "cpu_util": _r(emulation.cpu_util),
+        "timer_jitter_us_p99": _r(emulation.timer_jitter_us_p99),
+        "kernel_drops": int(emulation.kernel_drops),
+    }
+    warning = emulation_warning(emulation)
+    if warning:
+        emu["warning"] = warning
+    return {
+        "scenario": scenario.name,
+        "started": started,
+        "seed": scenario.seed,
+        "topology": scenario.topology.model_dump(exclude_none=True),
+        "events": [event_entry(a) for a in sorted(events, key=lambda a: a.event.at)],
+        "transports": {name: m.summary_entry() for name, m in transports.items()},
+        "emulation": emu,
+    }
+
+
+def _r(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(float(value), digits)
