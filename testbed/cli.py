@@ -212,6 +212,15 @@ def cmd_ctl(args: argparse.Namespace) -> int:
 
 
 def cmd_counters(args: argparse.Namespace) -> int:
+    if args.hosts:
+        hosts = client.call(args.name, {"op": "host-counters"})["hosts"]
+        if args.json:
+            print(json.dumps(hosts, indent=1))
+        else:
+            for h, nics in hosts.items():
+                for nic, c in nics.items():
+                    print(f"{h:6} {nic:10} tx {c.get('tx_packets', '?'):>9}  NIC qdisc drops {c.get('qdisc_drops', '?')}")
+        return 0
     counters = client.call(args.name, {"op": "counters", "node": args.node})["counters"]
     if args.json:
         print(json.dumps(counters, indent=1))
@@ -238,9 +247,15 @@ def cmd_down(args: argparse.Namespace) -> int:
     if not directory.exists():
         raise CliError(f"--name: no fabric named {args.name!r} is up")
     try:
+        supervisor = [p.pid for p in FabricState.load(directory).processes if p.role == "supervisor"]
+    except StateError:
+        supervisor = []
+    try:
         client.call(args.name, {"op": "down"}, timeout=5)
         deadline = time.monotonic() + 20
-        while directory.exists() and time.monotonic() < deadline:
+        from testbed.cleanup import _exists
+
+        while (directory.exists() or any(_exists(p) for p in supervisor)) and time.monotonic() < deadline:
             time.sleep(0.1)
     except client.ClientError:
         pass  # supervisor gone: clean up from the state file below
@@ -330,6 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     co = named(sub.add_parser("counters", help="per-port switch counters"))
     co.add_argument("--json", action="store_true")
+    co.add_argument("--hosts", action="store_true", help="host NIC counters (qdisc drops) instead")
     co.add_argument("node", nargs="?")
     co.set_defaults(func=cmd_counters)
 

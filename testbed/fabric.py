@@ -130,12 +130,27 @@ class FabricBuilder:
         limited in its own kernel, like a NIC that cannot send faster than its link.
         """
         burst = max(3028, int(mbps * 1e6 / 8 * 0.0002))  # ~200 us of line rate, >= 2 frames
-        return f"tc qdisc replace dev {dev} root tbf rate {mbps:g}mbit burst {burst} latency 20ms"
+        return f"tc qdisc replace dev {dev} root tbf rate {mbps:g}mbit burst {burst} latency 50ms"
 
     def set_host_rate(self, host: str, dev: str, mbps: float) -> None:
         out = self.node(host).cmd(self._tbf_command(dev, mbps) + " ; echo rc=$?")
         if not out.strip().endswith("rc=0"):
             raise BuildError(f"{host}: setting the rate of {dev} failed: {out.strip()[-200:]}")
+
+    def host_nic_counters(self, host: str) -> dict[str, dict]:
+        """Per NIC: packets sent and packets the host's own qdisc dropped (kernel side, not the
+        emulated network: a sender that overruns its NIC)."""
+        import json
+
+        out = {}
+        for intf in self.fabric.interfaces[host]:
+            raw = self.node(host).cmd(f"tc -s -j qdisc show dev {intf.name}")
+            try:
+                q = json.loads(raw.strip().splitlines()[-1])[0]
+                out[intf.name] = {"tx_packets": q.get("packets", 0), "qdisc_drops": q.get("drops", 0)}
+            except (ValueError, IndexError, KeyError):
+                out[intf.name] = {"error": raw.strip()[-200:]}
+        return out
 
     def _check_host(self, name: str) -> None:
         out = self.node(name).cmd("ip -br addr; ip route")

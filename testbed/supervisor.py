@@ -88,6 +88,9 @@ class Supervisor:
             return {"ok": True, "state": self.inspect()}
         if op == "counters":
             return {"ok": True, "counters": self.counters(req.get("node"))}
+        if op == "host-counters":
+            with self.lock:
+                return {"ok": True, "hosts": {h: self.builder.host_nic_counters(h) for h in self.fabric.hosts()}}
         if op == "ctl":
             return self.ctl(req)
         if op == "down":
