@@ -14,7 +14,9 @@ from switch.ring import RingSocket
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m switch", description=__doc__)
-    ap.add_argument("--config", required=True, help="switch config JSON (written by the fabric builder)")
+    ap.add_argument(
+        "--config", required=True, help="switch config JSON (written by the fabric builder)"
+    )
     ap.add_argument("--control", required=True, help="path of the control Unix socket to create")
     ap.add_argument("--ring-frames", type=int, default=512, help="rx ring slots per port")
     args = ap.parse_args(argv)

@@ -53,7 +53,9 @@ class SwitchConfig:
     def from_dict(cls, d: dict) -> SwitchConfig:
         d = dict(d)
         d["ports"] = [PortConfig(**p) for p in d.get("ports", [])]
-        d["fib"] = [FibConfig(e["prefix"], [tuple(h) for h in e["next_hops"]]) for e in d.get("fib", [])]
+        d["fib"] = [
+            FibConfig(e["prefix"], [tuple(h) for h in e["next_hops"]]) for e in d.get("fib", [])
+        ]
         return cls(**d)
 
     @classmethod
@@ -65,13 +67,26 @@ def switch_config(fabric: Fabric, name: str, seed: int = 1) -> SwitchConfig:
     """The config of switch `name`; the ECMP seed differs per switch to avoid hash polarisation."""
     p = fabric.params
     node = fabric.nodes[name]
-    links = {(l.a, l.a_intf): l for l in fabric.links} | {(l.b, l.b_intf): l for l in fabric.links}
+    links = {(lk.a, lk.a_intf): lk for lk in fabric.links} | {
+        (lk.b, lk.b_intf): lk for lk in fabric.links
+    }
     ports = []
     for intf in fabric.interfaces[name]:
         link = links[(name, intf.name)]
-        peer_mac = next(i.mac for i in fabric.interfaces[intf.peer_node] if i.name == intf.peer_name)
+        peer_mac = next(
+            i.mac for i in fabric.interfaces[intf.peer_node] if i.name == intf.peer_name
+        )
         ports.append(
-            PortConfig(intf.name, intf.mac, peer_mac, intf.peer_node, link.mbps, link.delay_us, p.queue_kb, p.ecn_threshold_kb)
+            PortConfig(
+                intf.name,
+                intf.mac,
+                peer_mac,
+                intf.peer_node,
+                link.mbps,
+                link.delay_us,
+                p.queue_kb,
+                p.ecn_threshold_kb,
+            )
         )
     fib = [FibConfig(e.prefix, [(h.port, h.mac) for h in e.next_hops]) for e in fabric.fibs[name]]
     return SwitchConfig(

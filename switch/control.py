@@ -96,7 +96,18 @@ def _flag(req: dict, key: str) -> bool:
     return v
 
 
-PORT_KEYS = {"op", "port", "up", "rx_up", "blackhole", "loss_pct", "rx_blackhole", "rx_loss_pct", "rate_mbps", "heal"}
+PORT_KEYS = {
+    "op",
+    "port",
+    "up",
+    "rx_up",
+    "blackhole",
+    "loss_pct",
+    "rx_blackhole",
+    "rx_loss_pct",
+    "rate_mbps",
+    "heal",
+}
 
 
 def handle(switch: Switch, line: bytes) -> dict[str, Any]:

@@ -34,7 +34,9 @@ LOCAL = "local"  # addressed to the switch and not an echo request: consumed, co
 class Switch:
     """Forwarding state plus the loop; I/O is injected so tests can run it without sockets."""
 
-    def __init__(self, config: SwitchConfig, open_port: Callable[[str], object] | None = None) -> None:
+    def __init__(
+        self, config: SwitchConfig, open_port: Callable[[str], object] | None = None
+    ) -> None:
         self.config = config
         self.name = config.name
         self.router_ip = socket.inet_aton(config.router_ip)
@@ -56,12 +58,25 @@ class Switch:
             )
             transmit = io.send if io is not None else (lambda f: True)
             self.ports.append(
-                Port(i, pc.name, frames.mac_bytes(pc.mac), frames.mac_bytes(pc.peer_mac), pc.rate_mbps, pc.delay_us, queue, transmit, rng)
+                Port(
+                    i,
+                    pc.name,
+                    frames.mac_bytes(pc.mac),
+                    frames.mac_bytes(pc.peer_mac),
+                    pc.rate_mbps,
+                    pc.delay_us,
+                    queue,
+                    transmit,
+                    rng,
+                )
             )
         self.port_by_name = {p.name: p for p in self.ports}
         index = {p.name: p.index for p in self.ports}
         self.fib = Fib(
-            [(e.prefix, [(index[port], frames.mac_bytes(mac)) for port, mac in e.next_hops]) for e in config.fib],
+            [
+                (e.prefix, [(index[port], frames.mac_bytes(mac)) for port, mac in e.next_hops])
+                for e in config.fib
+            ],
             seed=config.seed,
         )
         self.up = True
@@ -117,7 +132,9 @@ class Switch:
         if not live:
             self._drop(NO_ROUTE if not route.members else "link_down", frame)
             return
-        out_index, next_mac = live[self.fib.flow_hash(frame) % len(live)] if len(live) > 1 else live[0]
+        out_index, next_mac = (
+            live[self.fib.flow_hash(frame) % len(live)] if len(live) > 1 else live[0]
+        )
         out = self.ports[out_index]
         frames.decrement_ttl(frame)
         frame[0:6] = next_mac
@@ -172,7 +189,7 @@ class Switch:
 
     def counters(self) -> dict:
         kernel = {}
-        for port, io in zip(self.ports, self.io):
+        for port, io in zip(self.ports, self.io, strict=False):
             if io is not None:
                 kernel[port.name] = {
                     "kernel_drops": io.poll_kernel_drops(),
@@ -197,14 +214,28 @@ class Switch:
         """Debug mode: dissect what was trimmed or dropped with scapy (slow; off by default)."""
         from switch.reference import summarize
 
-        self.debug_log.write(json.dumps({"t": time.time(), "event": event, "detail": detail, "packet": summarize(bytes(frame))}) + "\n")
+        self.debug_log.write(
+            json.dumps(
+                {
+                    "t": time.time(),
+                    "event": event,
+                    "detail": detail,
+                    "packet": summarize(bytes(frame)),
+                }
+            )
+            + "\n"
+        )
         self.debug_log.flush()
 
     # ----- the loop ---------------------------------------------------------------------------
 
     def run(self, control: ControlServer | None = None) -> None:
         rings = [io for io in self.io if io is not None]
-        fd_ring = {io.fileno(): (port, io) for port, io in zip(self.ports, self.io) if io is not None}
+        fd_ring = {
+            io.fileno(): (port, io)
+            for port, io in zip(self.ports, self.io, strict=False)
+            if io is not None
+        }
         shaped = self.ports
         waitset = list(fd_ring)
         if control is not None:

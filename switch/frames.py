@@ -48,7 +48,15 @@ BAD_IHL = "bad_ihl"
 IP_OPTIONS = "ip_options"
 BAD_LENGTH = "bad_length"
 BAD_CHECKSUM = "bad_checksum"
-MALFORMED_REASONS = (TRUNCATED, NON_IPV4, BAD_VERSION, BAD_IHL, IP_OPTIONS, BAD_LENGTH, BAD_CHECKSUM)
+MALFORMED_REASONS = (
+    TRUNCATED,
+    NON_IPV4,
+    BAD_VERSION,
+    BAD_IHL,
+    IP_OPTIONS,
+    BAD_LENGTH,
+    BAD_CHECKSUM,
+)
 
 
 def classify(frame: bytes | bytearray | memoryview) -> str | None:
@@ -137,7 +145,9 @@ def trim(frame: bytearray, trim_bytes: int, trimmed_dscp: int) -> bytearray:
     it covered the payload that was cut. ECN bits are kept. A frame already no longer than
     `trim_bytes` keeps its bytes (it is re-marked only): there is nothing to cut.
     """
-    new_len = min(len(frame), trim_bytes, ETH_LEN + ((frame[OFF_TOTLEN] << 8) | frame[OFF_TOTLEN + 1]))
+    new_len = min(
+        len(frame), trim_bytes, ETH_LEN + ((frame[OFF_TOTLEN] << 8) | frame[OFF_TOTLEN + 1])
+    )
     out = frame[:new_len]
     totlen = new_len - ETH_LEN
     _H.pack_into(out, OFF_TOTLEN, totlen)
@@ -165,9 +175,13 @@ def inet_checksum(data: bytes | bytearray) -> int:
     return ~s & 0xFFFF
 
 
-def build_ipv4(src: bytes, dst: bytes, proto: int, payload: bytes, ttl: int = 64, tos: int = 0) -> bytearray:
+def build_ipv4(
+    src: bytes, dst: bytes, proto: int, payload: bytes, ttl: int = 64, tos: int = 0
+) -> bytearray:
     """An IPv4 packet (no Ethernet header) with a valid checksum."""
-    hdr = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, tos, 20 + len(payload), 0, 0, ttl, proto, 0, src, dst))
+    hdr = bytearray(
+        struct.pack("!BBHHHBBH4s4s", 0x45, tos, 20 + len(payload), 0, 0, ttl, proto, 0, src, dst)
+    )
     hdr[10:12] = _H.pack(inet_checksum(hdr))
     return hdr + payload
 
@@ -177,7 +191,9 @@ def icmp_time_exceeded(frame: bytes | bytearray, router_ip: bytes) -> bytearray:
     quoted = bytes(frame[IP_OFF : IP_OFF + 28])
     icmp = bytearray(struct.pack("!BBHI", 11, 0, 0, 0)) + quoted
     icmp[2:4] = _H.pack(inet_checksum(icmp))
-    return build_ipv4(router_ip, bytes(frame[OFF_SRC : OFF_SRC + 4]), PROTO_ICMP, bytes(icmp), tos=46 << 2)
+    return build_ipv4(
+        router_ip, bytes(frame[OFF_SRC : OFF_SRC + 4]), PROTO_ICMP, bytes(icmp), tos=46 << 2
+    )
 
 
 def icmp_echo_reply(frame: bytes | bytearray) -> bytearray | None:
@@ -190,7 +206,10 @@ def icmp_echo_reply(frame: bytes | bytearray) -> bytearray | None:
     icmp[2:4] = b"\0\0"
     icmp[2:4] = _H.pack(inet_checksum(icmp))
     return build_ipv4(
-        bytes(frame[OFF_DST : OFF_DST + 4]), bytes(frame[OFF_SRC : OFF_SRC + 4]), PROTO_ICMP, bytes(icmp)
+        bytes(frame[OFF_DST : OFF_DST + 4]),
+        bytes(frame[OFF_SRC : OFF_SRC + 4]),
+        PROTO_ICMP,
+        bytes(icmp),
     )
 
 

@@ -73,7 +73,11 @@ class TrimmingQueue:
             if self.data_bytes > self.max_data_bytes:
                 self.max_data_bytes = self.data_bytes
             return ENQUEUED
-        if self.trimming and d == self.trimmable_dscp and frame[frames.OFF_PROTO] == frames.PROTO_UDP:
+        if (
+            self.trimming
+            and d == self.trimmable_dscp
+            and frame[frames.OFF_PROTO] == frames.PROTO_UDP
+        ):
             header = frames.trim(frame, self.trim_bytes, self.trimmed_dscp)
             verdict = self._enqueue_prio(header)
             if verdict == ENQUEUED:

@@ -50,8 +50,17 @@ class RingSocket:
         sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
         try:
             sock.setsockopt(SOL_PACKET, PACKET_VERSION, TPACKET_V2)
-            sock.setsockopt(SOL_PACKET, PACKET_RX_RING, struct.pack("IIII", BLOCK_SIZE, blocks, FRAME_SIZE, self.frame_nr))
-            self.mm = mmap.mmap(sock.fileno(), blocks * BLOCK_SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            sock.setsockopt(
+                SOL_PACKET,
+                PACKET_RX_RING,
+                struct.pack("IIII", BLOCK_SIZE, blocks, FRAME_SIZE, self.frame_nr),
+            )
+            self.mm = mmap.mmap(
+                sock.fileno(),
+                blocks * BLOCK_SIZE,
+                mmap.MAP_SHARED,
+                mmap.PROT_READ | mmap.PROT_WRITE,
+            )
             try:
                 sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
             except OSError:
@@ -131,7 +140,9 @@ class RingSocket:
     def poll_kernel_drops(self) -> int:
         """Frames the kernel dropped because the ring was full (emulator too slow), cumulative."""
         try:
-            _pkts, drops = _STATS.unpack(self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, _STATS.size))
+            _pkts, drops = _STATS.unpack(
+                self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, _STATS.size)
+            )
         except OSError:
             return self.kernel_drops
         self.kernel_drops += drops  # the kernel resets its counters on every read

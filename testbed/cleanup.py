@@ -76,7 +76,10 @@ def clean_fabric(name: str, grace_s: float = 2.0) -> list[str]:
         records = FabricState.load(directory).processes
     except StateError:
         pass
-    by_role = {r: [p.pid for p in records if p.role == r and process_start_ticks(p.pid) == p.start_ticks] for r in ROLE_ORDER}
+    by_role = {
+        r: [p.pid for p in records if p.role == r and process_start_ticks(p.pid) == p.start_ticks]
+        for r in ROLE_ORDER
+    }
     known = {pid for pids in by_role.values() for pid in pids}
     orphans = [p for p in tagged_pids(name) if p not in known]
     for role in ROLE_ORDER:

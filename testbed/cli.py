@@ -53,7 +53,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         try:
             st = FabricState.load(directory)
             if any(p.role == "supervisor" and p.alive() for p in st.processes):
-                raise CliError(f"--name: fabric {args.name!r} is already up (testbed down --name {args.name})")
+                raise CliError(
+                    f"--name: fabric {args.name!r} is already up (testbed down --name {args.name})"
+                )
         except StateError:
             pass
         from testbed.cleanup import clean_fabric
@@ -65,7 +67,17 @@ def cmd_up(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "testbed.supervisor", "--name", args.name, "--params", json.dumps(asdict(params)), "--seed", str(args.seed)],
+        [
+            sys.executable,
+            "-m",
+            "testbed.supervisor",
+            "--name",
+            args.name,
+            "--params",
+            json.dumps(asdict(params)),
+            "--seed",
+            str(args.seed),
+        ],
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -93,7 +105,9 @@ def cmd_up(args: argparse.Namespace) -> int:
                 clean_fabric(args.name)
                 raise CliError(f"fabric {args.name!r} failed to start: {msg or tail}")
             if time.monotonic() - t0 > UP_TIMEOUT_S:
-                raise CliError(f"fabric {args.name!r} not up after {UP_TIMEOUT_S:g}s (see {directory}/supervisor.log)")
+                raise CliError(
+                    f"fabric {args.name!r} not up after {UP_TIMEOUT_S:g}s (see {directory}/supervisor.log)"
+                )
     except (KeyboardInterrupt, CliError):
         if proc.poll() is None:
             proc.terminate()
@@ -110,7 +124,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         f"fabric {args.name!r} up in {time.monotonic() - t0:.1f}s: {len(fab.hosts())} hosts, "
         f"{len(fab.switches())} switches, {len(fab.links)} links; {st.message}"
     )
-    print(f"  try: testbed exec {'--name ' + args.name + ' ' if args.name != DEFAULT_NAME else ''}h1 -- ping -c1 {fab.host_ip(fab.hosts()[-1])}")
+    print(
+        f"  try: testbed exec {'--name ' + args.name + ' ' if args.name != DEFAULT_NAME else ''}h1 -- ping -c1 {fab.host_ip(fab.hosts()[-1])}"
+    )
     return 0
 
 
@@ -138,7 +154,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     for name, n in st["nodes"].items():
         sw = procs.get(("switch", name))
         swpid = "" if sw is None else f"{sw['pid']}{'' if sw.get('alive', True) else ' DEAD'}"
-        intfs = ", ".join(f"{i['name']}{'=' + i['ip'] if i['ip'] else ''}->{i['peer']}" for i in n.get("interfaces", []))
+        intfs = ", ".join(
+            f"{i['name']}{'=' + i['ip'] if i['ip'] else ''}->{i['peer']}"
+            for i in n.get("interfaces", [])
+        )
         print(f"{name:10} {n['kind']:6} {n['pid']:>7} {swpid:>10}  {intfs}")
     return 0
 
@@ -153,7 +172,9 @@ def cmd_exec(args: argparse.Namespace) -> int:
     st = client.state(args.name)
     node = st.nodes.get(args.node)
     if node is None:
-        raise CliError(f"exec: no node {args.node!r} in fabric {args.name!r} (nodes: {', '.join(st.nodes)})")
+        raise CliError(
+            f"exec: no node {args.node!r} in fabric {args.name!r} (nodes: {', '.join(st.nodes)})"
+        )
     return subprocess.call(["mnexec", "-a", str(node["pid"]), *argv])
 
 
@@ -171,7 +192,9 @@ def ctl_request(action: str, rest: list[str], direction: str | None) -> dict:
     if action not in ACTIONS:
         raise CliError(f"ctl: unknown action {action!r}\n{CTL_USAGE}")
     req: dict = {"op": "ctl", "action": action}
-    want = {"loss": ["percent"], "degrade": ["mbps"], "flap": ["period_ms", "count?"]}.get(action, [])
+    want = {"loss": ["percent"], "degrade": ["mbps"], "flap": ["period_ms", "count?"]}.get(
+        action, []
+    )
     if action in LINK_ACTIONS:
         if len(rest) < 2:
             raise CliError(f"ctl {action}: needs two adjacent nodes, e.g. {action} spine1 leaf2")
@@ -194,8 +217,10 @@ def ctl_request(action: str, rest: list[str], direction: str | None) -> dict:
         rest = []
     required = [w for w in want if not w.endswith("?")]
     if len(rest) < len(required) or len(rest) > len(want):
-        raise CliError(f"ctl {action}: expected {' '.join(w.upper() for w in want)} after the link, got {rest}")
-    for key, value in zip(want, rest):
+        raise CliError(
+            f"ctl {action}: expected {' '.join(w.upper() for w in want)} after the link, got {rest}"
+        )
+    for key, value in zip(want, rest, strict=False):
         key = key.rstrip("?")
         try:
             req[key] = int(value) if key == "count" else float(value)
@@ -207,7 +232,11 @@ def ctl_request(action: str, rest: list[str], direction: str | None) -> dict:
 def cmd_ctl(args: argparse.Namespace) -> int:
     req = ctl_request(args.action, args.args, args.direction)
     reply = client.call(args.name, req)
-    print(f"{args.action} applied ({reply['steps']} switch changes)" if reply.get("steps") is not None else "ok")
+    print(
+        f"{args.action} applied ({reply['steps']} switch changes)"
+        if reply.get("steps") is not None
+        else "ok"
+    )
     return 0
 
 
@@ -219,19 +248,25 @@ def cmd_counters(args: argparse.Namespace) -> int:
         else:
             for h, nics in hosts.items():
                 for nic, c in nics.items():
-                    print(f"{h:6} {nic:10} tx {c.get('tx_packets', '?'):>9}  NIC qdisc drops {c.get('qdisc_drops', '?')}")
+                    print(
+                        f"{h:6} {nic:10} tx {c.get('tx_packets', '?'):>9}  NIC qdisc drops {c.get('qdisc_drops', '?')}"
+                    )
         return 0
     counters = client.call(args.name, {"op": "counters", "node": args.node})["counters"]
     if args.json:
         print(json.dumps(counters, indent=1))
         return 0
-    print(f"{'switch/port':18} {'rx pkts':>9} {'tx pkts':>9} {'trims':>7} {'ecn':>6} {'maxq kB':>8}  drops")
+    print(
+        f"{'switch/port':18} {'rx pkts':>9} {'tx pkts':>9} {'trims':>7} {'ecn':>6} {'maxq kB':>8}  drops"
+    )
     for sw, c in counters.items():
         if "error" in c:
             print(f"{sw:18} ERROR {c['error']}")
             continue
         extra = f"  switch drops {c['drops']}" if c["drops"] else ""
-        print(f"{sw}: kernel drops {c['kernel_drops']}, timer late p99 {c['timer_late_us_p99']:.0f} us{extra}")
+        print(
+            f"{sw}: kernel drops {c['kernel_drops']}, timer late p99 {c['timer_late_us_p99']:.0f} us{extra}"
+        )
         for port, pc in c["ports"].items():
             drops = ",".join(f"{k}={v}" for k, v in pc["drops"].items()) or "-"
             print(
@@ -247,7 +282,9 @@ def cmd_down(args: argparse.Namespace) -> int:
     if not directory.exists():
         raise CliError(f"--name: no fabric named {args.name!r} is up")
     try:
-        supervisor = [p.pid for p in FabricState.load(directory).processes if p.role == "supervisor"]
+        supervisor = [
+            p.pid for p in FabricState.load(directory).processes if p.role == "supervisor"
+        ]
     except StateError:
         supervisor = []
     try:
@@ -255,7 +292,9 @@ def cmd_down(args: argparse.Namespace) -> int:
         deadline = time.monotonic() + 20
         from testbed.cleanup import _exists
 
-        while (directory.exists() or any(_exists(p) for p in supervisor)) and time.monotonic() < deadline:
+        while (
+            directory.exists() or any(_exists(p) for p in supervisor)
+        ) and time.monotonic() < deadline:
             time.sleep(0.1)
     except client.ClientError:
         pass  # supervisor gone: clean up from the state file below
@@ -305,7 +344,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="testbed", description="Emulated leaf-spine fabric for MRC-style multipath transport.")
+    ap = argparse.ArgumentParser(
+        prog="testbed", description="Emulated leaf-spine fabric for MRC-style multipath transport."
+    )
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     def named(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -319,12 +360,25 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--hosts-per-leaf", type=int, required=True)
     up.add_argument("--planes", type=int, default=d.planes)
     up.add_argument("--link-mbps", type=float, default=d.link_mbps, help="link rate; 0 = unshaped")
-    up.add_argument("--delay-us", type=float, default=d.delay_us, help="one-way propagation delay per link")
-    up.add_argument("--queue-kb", type=float, default=d.queue_kb, help="data queue per switch port (kB)")
-    up.add_argument("--ecn-kb", type=float, default=None, help="ECN marking threshold (default half the queue)")
-    up.add_argument("--trim-bytes", type=int, default=d.trim_bytes, help="frame length after trimming")
+    up.add_argument(
+        "--delay-us", type=float, default=d.delay_us, help="one-way propagation delay per link"
+    )
+    up.add_argument(
+        "--queue-kb", type=float, default=d.queue_kb, help="data queue per switch port (kB)"
+    )
+    up.add_argument(
+        "--ecn-kb", type=float, default=None, help="ECN marking threshold (default half the queue)"
+    )
+    up.add_argument(
+        "--trim-bytes", type=int, default=d.trim_bytes, help="frame length after trimming"
+    )
     up.add_argument("--no-trim", action="store_true", help="tail-drop instead of trimming")
-    up.add_argument("--oversubscription", type=float, default=d.oversubscription, help="host/uplink capacity ratio per leaf")
+    up.add_argument(
+        "--oversubscription",
+        type=float,
+        default=d.oversubscription,
+        help="host/uplink capacity ratio per leaf",
+    )
     up.add_argument("--seed", type=int, default=1, help="ECMP hash seeds derive from it")
     up.set_defaults(func=cmd_up)
 
@@ -332,12 +386,21 @@ def build_parser() -> argparse.ArgumentParser:
     ins.add_argument("--json", action="store_true")
     ins.set_defaults(func=cmd_inspect)
 
-    ex = named(sub.add_parser("exec", help="run a command in a node's namespace (exit status kept)"))
+    ex = named(
+        sub.add_parser("exec", help="run a command in a node's namespace (exit status kept)")
+    )
     ex.add_argument("node")
     ex.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ...")
     ex.set_defaults(func=cmd_exec)
 
-    ctl = named(sub.add_parser("ctl", help="apply a failure action", epilog=CTL_USAGE, formatter_class=argparse.RawDescriptionHelpFormatter))
+    ctl = named(
+        sub.add_parser(
+            "ctl",
+            help="apply a failure action",
+            epilog=CTL_USAGE,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+    )
     ctl.add_argument("action")
     ctl.add_argument("args", nargs="*")
     ctl.add_argument("--direction", help="FROM,TO: impair one direction of the link only")
@@ -349,8 +412,12 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("node", nargs="?")
     co.set_defaults(func=cmd_counters)
 
-    named(sub.add_parser("cli", help="interactive shell: node commands plus testbed commands")).set_defaults(func=cmd_cli)
-    named(sub.add_parser("down", help="tear down exactly what `up` built")).set_defaults(func=cmd_down)
+    named(
+        sub.add_parser("cli", help="interactive shell: node commands plus testbed commands")
+    ).set_defaults(func=cmd_cli)
+    named(sub.add_parser("down", help="tear down exactly what `up` built")).set_defaults(
+        func=cmd_down
+    )
     sub.add_parser("clean", help="remove leftovers of this tool only").set_defaults(func=cmd_clean)
 
     be = sub.add_parser("bench", help="benchmarks with same-run baselines")

@@ -29,7 +29,9 @@ def call(name: str, req: dict, timeout: float = 30.0) -> dict:
     except FileNotFoundError:
         raise ClientError(f"--name: no fabric named {name!r} is up") from None
     except OSError as exc:
-        raise ClientError(f"fabric {name!r}: supervisor unreachable ({exc}); try testbed clean") from None
+        raise ClientError(
+            f"fabric {name!r}: supervisor unreachable ({exc}); try testbed clean"
+        ) from None
     try:
         reply = json.loads(buf)
     except json.JSONDecodeError:

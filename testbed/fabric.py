@@ -57,22 +57,35 @@ class FabricBuilder:
     def build(self) -> None:
         Mininet, Host = _mininet()
         fab = self.fabric
-        self.net = Mininet(topo=None, controller=None, switch=None, host=Host, build=False, cleanup=False)
+        self.net = Mininet(
+            topo=None, controller=None, switch=None, host=Host, build=False, cleanup=False
+        )
         for name, node in fab.nodes.items():
             h = self.net.addHost(name, ip=None, inNamespace=True)
             self.state.processes.append(record("node-shell", name, h.pid))
-            self.state.nodes[name] = {"kind": node.kind, "plane": node.plane, "pid": h.pid, "router_ip": node.router_ip}
+            self.state.nodes[name] = {
+                "kind": node.kind,
+                "plane": node.plane,
+                "pid": h.pid,
+                "router_ip": node.router_ip,
+            }
         self.state.save(self.dir)
         for link in fab.links:
             a_mac = self._mac(link.a, link.a_intf)
             b_mac = self._mac(link.b, link.b_intf)
             self.net.addLink(
-                link.a, link.b, intfName1=link.a_intf, intfName2=link.b_intf, addr1=a_mac, addr2=b_mac
+                link.a,
+                link.b,
+                intfName1=link.a_intf,
+                intfName2=link.b_intf,
+                addr1=a_mac,
+                addr2=b_mac,
             )
         for name in fab.nodes:
             self._configure_node(name)
         self.state.nodes = {
-            n: v | {"interfaces": [self._intf_info(i) for i in fab.interfaces[n]]} for n, v in self.state.nodes.items()
+            n: v | {"interfaces": [self._intf_info(i) for i in fab.interfaces[n]]}
+            for n, v in self.state.nodes.items()
         }
         self.state.save(self.dir)
 
@@ -81,7 +94,14 @@ class FabricBuilder:
 
     @staticmethod
     def _intf_info(i) -> dict:
-        return {"name": i.name, "mac": i.mac, "ip": i.ip, "peer": i.peer_node, "peer_intf": i.peer_name, "plane": i.plane}
+        return {
+            "name": i.name,
+            "mac": i.mac,
+            "ip": i.ip,
+            "peer": i.peer_node,
+            "peer_intf": i.peer_name,
+            "plane": i.plane,
+        }
 
     def node(self, name: str):
         return self.net.nameToNode[name]
@@ -95,7 +115,11 @@ class FabricBuilder:
         ]
         for intf in fab.interfaces[name]:
             # Offloads off: otherwise AF_PACKET sees 64 KB GSO frames and forwarding breaks.
-            cmds.append(f"ethtool -K {intf.name} " + " ".join(f"{o} off" for o in OFFLOADS) + " >/dev/null 2>&1")
+            cmds.append(
+                f"ethtool -K {intf.name} "
+                + " ".join(f"{o} off" for o in OFFLOADS)
+                + " >/dev/null 2>&1"
+            )
             cmds.append(f"ip link set {intf.name} up")
         if fab.nodes[name].kind == "host":
             cmds += self._host_commands(name)
@@ -147,7 +171,10 @@ class FabricBuilder:
             raw = self.node(host).cmd(f"tc -s -j qdisc show dev {intf.name}")
             try:
                 q = json.loads(raw.strip().splitlines()[-1])[0]
-                out[intf.name] = {"tx_packets": q.get("packets", 0), "qdisc_drops": q.get("drops", 0)}
+                out[intf.name] = {
+                    "tx_packets": q.get("packets", 0),
+                    "qdisc_drops": q.get("drops", 0),
+                }
             except (ValueError, IndexError, KeyError):
                 out[intf.name] = {"error": raw.strip()[-200:]}
         return out
@@ -169,14 +196,18 @@ class FabricBuilder:
             for name in sorted(pending):
                 proc = self.switch_procs[name]
                 if proc.poll() is not None:
-                    raise BuildError(f"switch {name} exited with {proc.returncode}: {self.switch_log_tail(name)}")
+                    raise BuildError(
+                        f"switch {name} exited with {proc.returncode}: {self.switch_log_tail(name)}"
+                    )
                 try:
                     request(self.state.switch_sockets[name], {"op": "ping"}, timeout=0.5)
                     pending.discard(name)
                 except ControlError:
                     pass
             if pending and time.monotonic() > deadline:
-                raise BuildError(f"switches did not start in {SWITCH_START_TIMEOUT_S:g}s: {sorted(pending)}")
+                raise BuildError(
+                    f"switches did not start in {SWITCH_START_TIMEOUT_S:g}s: {sorted(pending)}"
+                )
             if pending:
                 time.sleep(0.05)
 
@@ -194,10 +225,19 @@ class FabricBuilder:
             sys.executable, "-m", "switch", "--config", str(cfg_path), "--control", str(sock),
         ]  # fmt: skip
         env = os.environ | {"PYTHONPATH": _project_root()}
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
         self.switch_procs[name] = proc
         self.state.switch_sockets[name] = str(sock)
-        self.state.processes.append(ProcessRecord("switch", name, proc.pid, _ticks_or_zero(proc.pid)))
+        self.state.processes.append(
+            ProcessRecord("switch", name, proc.pid, _ticks_or_zero(proc.pid))
+        )
         self.state.save(self.dir)
 
     def restart_switch(self, name: str) -> None:
@@ -214,15 +254,20 @@ class FabricBuilder:
     def check_reachability(self, timeout_s: float = 2.0) -> list[str]:
         """Ping every other host on every plane from every host; returns the failures."""
         fab = self.fabric
-        targets = [(h, fab.host_ip(h, k)) for h in fab.hosts() for k in range(1, fab.params.planes + 1)]
+        targets = [
+            (h, fab.host_ip(h, k)) for h in fab.hosts() for k in range(1, fab.params.planes + 1)
+        ]
         failures: list[str] = []
         procs = []
         for src in fab.hosts():
             ips = [ip for h, ip in targets if h != src]
             script = " ".join(
-                f"(ping -n -q -c1 -W{timeout_s:g} {ip} >/dev/null 2>&1 || echo {ip}) &" for ip in ips
+                f"(ping -n -q -c1 -W{timeout_s:g} {ip} >/dev/null 2>&1 || echo {ip}) &"
+                for ip in ips
             )
-            procs.append((src, self.node(src).popen(["sh", "-c", script + " wait"], stdout=subprocess.PIPE)))
+            procs.append(
+                (src, self.node(src).popen(["sh", "-c", script + " wait"], stdout=subprocess.PIPE))
+            )
         for src, proc in procs:
             out, _ = proc.communicate(timeout=timeout_s * 4 + 5)
             failures += [f"{src} -> {ip}" for ip in out.decode().split()]

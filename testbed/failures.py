@@ -50,7 +50,9 @@ class Plan:
     directions: list[tuple[str, str]] = field(default_factory=list)
 
 
-def _directions(fab: Fabric, a: str, b: str, direction: tuple[str, str] | None) -> list[tuple[str, str]]:
+def _directions(
+    fab: Fabric, a: str, b: str, direction: tuple[str, str] | None
+) -> list[tuple[str, str]]:
     try:
         fab.link_between(a, b)
     except TopologyError as exc:
@@ -66,7 +68,9 @@ def _is_switch(fab: Fabric, node: str) -> bool:
     return fab.nodes[node].kind != "host"
 
 
-def link_steps(fab: Fabric, directions: list[tuple[str, str]], egress: dict, rx: dict | None) -> list:
+def link_steps(
+    fab: Fabric, directions: list[tuple[str, str]], egress: dict, rx: dict | None
+) -> list:
     """Requests for each direction: `egress` at a sending switch, `rx` at a leaf facing a host."""
     steps = []
     for src, dst in directions:
@@ -114,12 +118,20 @@ def plan(
             if mbps is None or not mbps > 0:
                 raise FailureError(f"degrade: mbps must be > 0, got {mbps}")
             p.steps = link_steps(fab, dirs, {"rate_mbps": mbps}, None)
-            p.steps += [HostRateStep(src, fab.interface(src, dst).name, mbps) for src, dst in dirs if not _is_switch(fab, src)]
+            p.steps += [
+                HostRateStep(src, fab.interface(src, dst).name, mbps)
+                for src, dst in dirs
+                if not _is_switch(fab, src)
+            ]
         elif action == "heal":
             p.steps = link_steps(fab, dirs, {"heal": True, "up": True}, {"heal": True, "up": True})
             nominal = fab.link_between(a, b).mbps
             if nominal > 0:
-                p.steps += [HostRateStep(src, fab.interface(src, dst).name, nominal) for src, dst in dirs if not _is_switch(fab, src)]
+                p.steps += [
+                    HostRateStep(src, fab.interface(src, dst).name, nominal)
+                    for src, dst in dirs
+                    if not _is_switch(fab, src)
+                ]
         elif action == "flap":
             if period_ms is None or not period_ms >= 2:
                 raise FailureError(f"flap: period_ms must be >= 2, got {period_ms}")

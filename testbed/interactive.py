@@ -24,7 +24,8 @@ class FabricCli(cmd.Cmd):
         self.state = client.state(name)
         self.prompt = f"testbed:{name}> "
         self.ips = {
-            n: next((i["ip"] for i in v.get("interfaces", []) if i.get("ip")), None) for n, v in self.state.nodes.items()
+            n: next((i["ip"] for i in v.get("interfaces", []) if i.get("ip")), None)
+            for n, v in self.state.nodes.items()
         }
 
     def _run(self, node: str, argv: list[str]) -> int:
@@ -64,10 +65,14 @@ class FabricCli(cmd.Cmd):
                 lost += not ok
                 row.append(dst if ok else "X")
             print(f"{src} -> {' '.join(row)}")
-        print(f"*** Results: {100 * lost / max(1, total):.0f}% dropped ({total - lost}/{total} received)")
+        print(
+            f"*** Results: {100 * lost / max(1, total):.0f}% dropped ({total - lost}/{total} received)"
+        )
 
     def _quiet(self, node: str, argv: list[str]) -> int:
-        return subprocess.call(["mnexec", "-a", str(self.state.nodes[node]["pid"]), *argv], stdout=subprocess.DEVNULL)
+        return subprocess.call(
+            ["mnexec", "-a", str(self.state.nodes[node]["pid"]), *argv], stdout=subprocess.DEVNULL
+        )
 
     def do_ctl(self, arg: str) -> None:
         "ctl ACTION ARGS... [--direction A,B]: apply a failure (see testbed ctl --help)."

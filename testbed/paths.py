@@ -17,12 +17,31 @@ from topologies import Fabric
 
 
 def _frame(src: str, dst: str, sport: int, dport: int, proto: int) -> bytes:
-    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 28, 0, 0, 64, proto, 0, socket.inet_aton(src), socket.inet_aton(dst))
+    ip = struct.pack(
+        "!BBHHHBBH4s4s",
+        0x45,
+        0,
+        28,
+        0,
+        0,
+        64,
+        proto,
+        0,
+        socket.inet_aton(src),
+        socket.inet_aton(dst),
+    )
     return bytes(14) + ip + struct.pack("!HHHH", sport, dport, 8, 0)
 
 
 def predict_path(
-    fab: Fabric, src_host: str, dst_host: str, sport: int, dport: int, plane: int = 1, proto: int = 17, seed: int = 1,
+    fab: Fabric,
+    src_host: str,
+    dst_host: str,
+    sport: int,
+    dport: int,
+    plane: int = 1,
+    proto: int = 17,
+    seed: int = 1,
     down_ports: frozenset[str] = frozenset(),
 ) -> list[str]:
     """Nodes visited from `src_host` to `dst_host` (both ends included), ignoring failures
@@ -37,7 +56,10 @@ def predict_path(
             return path
         cfg = switch_config(fab, node, seed=seed)
         index = {p.name: i for i, p in enumerate(cfg.ports)}
-        fib = Fib([(e.prefix, [(index[p], mac_bytes(m)) for p, m in e.next_hops]) for e in cfg.fib], seed=cfg.seed)
+        fib = Fib(
+            [(e.prefix, [(index[p], mac_bytes(m)) for p, m in e.next_hops]) for e in cfg.fib],
+            seed=cfg.seed,
+        )
         up = [p.name not in down_ports for p in cfg.ports]
         for i, ok in enumerate(up):
             if not ok:
@@ -52,7 +74,14 @@ def predict_path(
 
 
 def source_ports_via(
-    fab: Fabric, src_host: str, dst_host: str, via: str, dport: int, want: int = 1, start: int = 10000, **kw
+    fab: Fabric,
+    src_host: str,
+    dst_host: str,
+    via: str,
+    dport: int,
+    want: int = 1,
+    start: int = 10000,
+    **kw,
 ) -> list[int]:
     """Source ports whose flow from src to dst crosses node `via`."""
     found = []

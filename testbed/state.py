@@ -65,7 +65,9 @@ class FabricState:
         try:
             d = json.loads((directory / "state.json").read_text())
         except FileNotFoundError:
-            raise StateError(f"no fabric named {directory.name!r} is up (no {directory}/state.json)") from None
+            raise StateError(
+                f"no fabric named {directory.name!r} is up (no {directory}/state.json)"
+            ) from None
         except (OSError, json.JSONDecodeError) as exc:
             raise StateError(f"{directory}/state.json unreadable: {exc}") from None
         d["processes"] = [ProcessRecord(**p) for p in d.get("processes", [])]

@@ -51,7 +51,9 @@ class Supervisor:
         self.builder.start_switches()
         failures_ = self.builder.check_reachability()
         if failures_:
-            raise BuildError(f"fabric does not forward: {len(failures_)} host pairs unreachable, e.g. {failures_[:3]}")
+            raise BuildError(
+                f"fabric does not forward: {len(failures_)} host pairs unreachable, e.g. {failures_[:3]}"
+            )
         self._set_status("up", f"built in {time.monotonic() - t0:.1f}s; all host pairs reachable")
 
     def _set_status(self, status: str, message: str) -> None:
@@ -90,7 +92,10 @@ class Supervisor:
             return {"ok": True, "counters": self.counters(req.get("node"))}
         if op == "host-counters":
             with self.lock:
-                return {"ok": True, "hosts": {h: self.builder.host_nic_counters(h) for h in self.fabric.hosts()}}
+                return {
+                    "ok": True,
+                    "hosts": {h: self.builder.host_nic_counters(h) for h in self.fabric.hosts()},
+                }
         if op == "ctl":
             return self.ctl(req)
         if op == "down":
@@ -118,7 +123,11 @@ class Supervisor:
         return out
 
     def ctl(self, req: dict) -> dict:
-        args = {k: req[k] for k in ("link", "direction", "node", "plane", "percent", "mbps", "period_ms", "count") if req.get(k) is not None}
+        args = {
+            k: req[k]
+            for k in ("link", "direction", "node", "plane", "percent", "mbps", "period_ms", "count")
+            if req.get(k) is not None
+        }
         for k in ("link", "direction"):
             if k in args:
                 args[k] = tuple(args[k])

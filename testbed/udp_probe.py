@@ -90,11 +90,15 @@ def main(argv: list[str] | None = None) -> int:
     sp.add_argument("--size", type=int, default=1400, help="Ethernet frame size")
     sp.add_argument("--dscp", type=int, default=10)
     sp.add_argument("--ecn", type=int, default=2, choices=[0, 1, 2, 3])
-    sp.add_argument("--interval-us", type=float, default=0.0, help="gap between rounds; 0 = back to back")
+    sp.add_argument(
+        "--interval-us", type=float, default=0.0, help="gap between rounds; 0 = back to back"
+    )
     rp = sub.add_parser("recv")
     rp.add_argument("--port", type=int, default=9000)
     rp.add_argument("--duration", type=float, default=5.0)
-    rp.add_argument("--idle-exit", type=float, default=0.0, help="stop this long after the last arrival")
+    rp.add_argument(
+        "--idle-exit", type=float, default=0.0, help="stop this long after the last arrival"
+    )
     args = ap.parse_args(argv)
     result = send(args) if args.cmd == "send" else recv(args)
     print(json.dumps(result), flush=True)

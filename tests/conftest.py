@@ -38,7 +38,9 @@ def tb(*args: str, check: bool = True, timeout: float = 180) -> subprocess.Compl
         cwd=ROOT,
     )
     if check and proc.returncode != 0:
-        raise AssertionError(f"testbed {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+        raise AssertionError(
+            f"testbed {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+        )
     return proc
 
 

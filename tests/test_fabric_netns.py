@@ -26,7 +26,9 @@ def fabric():
         tb("down", "--name", name, check=False)
 
 
-def sh(name: str, node: str, *cmd: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+def sh(
+    name: str, node: str, *cmd: str, check: bool = True, timeout: float = 60
+) -> subprocess.CompletedProcess:
     return tb("exec", "--name", name, node, "--", *cmd, check=check, timeout=timeout)
 
 
@@ -63,15 +65,32 @@ def test_ecmp_source_port_picks_spine(fabric):
     """Different UDP source ports (EVs) cross different spines: the lesson of Lab 1."""
     spines = set()
     for port in range(33434, 33434 + 40, 5):
-        out = sh(fabric, "h1", "traceroute", "-n", "-q", "2", "-w", "1", "-f", "2", "-m", "2",
-                 f"--sport={port}", "10.1.3.2", check=False).stdout
+        out = sh(
+            fabric,
+            "h1",
+            "traceroute",
+            "-n",
+            "-q",
+            "2",
+            "-w",
+            "1",
+            "-f",
+            "2",
+            "-m",
+            "2",
+            f"--sport={port}",
+            "10.1.3.2",
+            check=False,
+        ).stdout
         spines.update(re.findall(r"10\.1\.0\.\d", out))
     assert len(spines) >= 2, f"8 source ports all hashed onto {spines}"
 
 
 def test_iperf3_tcp_reaches_line_rate_and_shaper_holds(fabric):
     sh(fabric, "h3", "iperf3", "-s", "-1", "-D", "-p", "5301")
-    out = sh(fabric, "h1", "iperf3", "-c", "10.1.2.1", "-p", "5301", "-t", "4", "-J", timeout=60).stdout
+    out = sh(
+        fabric, "h1", "iperf3", "-c", "10.1.2.1", "-p", "5301", "-t", "4", "-J", timeout=60
+    ).stdout
     result = json.loads(out)
     mbps = result["end"]["sum_received"]["bits_per_second"] / 1e6
     assert mbps >= 90.0, f"TCP goodput {mbps:.1f} Mbps < 90% of 100 Mbps"
@@ -106,7 +125,9 @@ def test_bad_ctl_requests_are_refused(fabric):
 
 def test_bad_topology_creates_nothing():
     name = unique_name("bad")
-    proc = tb("up", "--name", name, "--spines", "0", "--leaves", "2", "--hosts-per-leaf", "1", check=False)
+    proc = tb(
+        "up", "--name", name, "--spines", "0", "--leaves", "2", "--hosts-per-leaf", "1", check=False
+    )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "spines" in proc.stderr
     from testbed.cleanup import leftovers

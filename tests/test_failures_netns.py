@@ -29,7 +29,19 @@ FAB = leaf_spine(spines=3, leaves=2, hosts_per_leaf=2, link_mbps=100)
 @pytest.fixture(scope="module")
 def fabric():
     name = unique_name("x")
-    tb("up", "--name", name, "--spines", "3", "--leaves", "2", "--hosts-per-leaf", "2", "--link-mbps", "100")
+    tb(
+        "up",
+        "--name",
+        name,
+        "--spines",
+        "3",
+        "--leaves",
+        "2",
+        "--hosts-per-leaf",
+        "2",
+        "--link-mbps",
+        "100",
+    )
     try:
         yield name
     finally:
@@ -49,11 +61,23 @@ class Receiver:
 
     def __init__(self, name: str, host: str, port: int, duration: float = 8.0) -> None:
         self.proc = subprocess.Popen(
-            probe(name, host, "recv", "--port", str(port), "--duration", str(duration), "--idle-exit", "0.5"),
+            probe(
+                name,
+                host,
+                "recv",
+                "--port",
+                str(port),
+                "--duration",
+                str(duration),
+                "--idle-exit",
+                "0.5",
+            ),
             stdout=subprocess.PIPE,
             text=True,
         )
-        time.sleep(0.3)  # the socket must be bound before the first datagram; recv prints nothing before
+        time.sleep(
+            0.3
+        )  # the socket must be bound before the first datagram; recv prints nothing before
 
     def result(self) -> dict:
         out, _ = self.proc.communicate(timeout=30)
@@ -61,10 +85,22 @@ class Receiver:
 
 
 def send(name: str, host: str, dst: str, dport: int, sports: list[int], count: int, **kw) -> dict:
-    args = ["send", "--dst", dst, "--dport", str(dport), "--sports", ",".join(map(str, sports)), "--count", str(count)]
+    args = [
+        "send",
+        "--dst",
+        dst,
+        "--dport",
+        str(dport),
+        "--sports",
+        ",".join(map(str, sports)),
+        "--count",
+        str(count),
+    ]
     for k, v in kw.items():
         args += [f"--{k.replace('_', '-')}", str(v)]
-    out = subprocess.run(probe(name, host, *args), capture_output=True, text=True, timeout=60, check=True).stdout
+    out = subprocess.run(
+        probe(name, host, *args), capture_output=True, text=True, timeout=60, check=True
+    ).stdout
     return json.loads(out)
 
 
@@ -74,8 +110,24 @@ def flows(name: str, pairs: list[tuple[str, str, int, int]], count: int = 100) -
     for _src, dst, _sport, dport in pairs:
         receivers.setdefault((dst, dport), Receiver(name, dst, dport))
     senders = [
-        subprocess.Popen(probe(name, src, "send", "--dst", FAB.host_ip(dst), "--dport", str(dport), "--sports", str(sport),
-                               "--count", str(count), "--interval-us", "1000"), stdout=subprocess.DEVNULL)
+        subprocess.Popen(
+            probe(
+                name,
+                src,
+                "send",
+                "--dst",
+                FAB.host_ip(dst),
+                "--dport",
+                str(dport),
+                "--sports",
+                str(sport),
+                "--count",
+                str(count),
+                "--interval-us",
+                "1000",
+            ),
+            stdout=subprocess.DEVNULL,
+        )
         for src, dst, sport, dport in pairs
     ]
     for s in senders:
@@ -110,7 +162,9 @@ def test_link_down_repairs_leaf_side_and_blackholes_spine_side(fabric):
     try:
         got = flows(fabric, [A, B])
         assert got[SPORT_B] == 100, "leaf2 must prune its dead uplink at once (local ECMP repair)"
-        assert got[SPORT_A] == 0, "spine1 has no other way to leaf2: static routing black-holes flow A"
+        assert got[SPORT_A] == 0, (
+            "spine1 has no other way to leaf2: static routing black-holes flow A"
+        )
         after = counters(fabric, "spine1")["drops"].get("link_down", 0)
         assert after - before == 100
     finally:
@@ -122,7 +176,9 @@ def test_one_direction_link_down(fabric):
     ctl(fabric, "link-down", "spine1", "leaf2", "--direction", "leaf2,spine1")
     try:
         got = flows(fabric, [A, B])
-        assert got == {SPORT_A: 100, SPORT_B: 100}, "B is repaired by leaf2; A's direction still has carrier"
+        assert got == {SPORT_A: 100, SPORT_B: 100}, (
+            "B is repaired by leaf2; A's direction still has carrier"
+        )
     finally:
         ctl(fabric, "link-up", "spine1", "leaf2")
 
@@ -170,7 +226,8 @@ def fabric_totals(name: str) -> dict[str, int]:
         "host_drops": sum(n["qdisc_drops"] for nics in hosts.values() for n in nics.values()),
         "tx": c["leaf2"]["ports"]["leaf2-eth1"]["tx_packets"],
         "trims": sum(p["trims"] for p in ports),
-        "drops": sum(sum(p["drops"].values()) for p in ports) + sum(sum(sw["drops"].values()) for sw in c.values()),
+        "drops": sum(sum(p["drops"].values()) for p in ports)
+        + sum(sum(sw["drops"].values()) for sw in c.values()),
     }
 
 
@@ -178,7 +235,20 @@ def _incast(name: str, dscp: int, tmp: Path) -> tuple[dict, dict, list[list[str]
     """h1, h2, h3 each blast 300 x 1400 B at h4: 300 Mbps into a 100 Mbps port."""
     pcap = tmp / f"incast{dscp}.pcap"
     cap = subprocess.Popen(
-        node_cmd(name, "h4", "tshark", "-q", "-i", "h4-eth0", "-f", "udp port 9100", "-w", str(pcap), "-a", "duration:6"),
+        node_cmd(
+            name,
+            "h4",
+            "tshark",
+            "-q",
+            "-i",
+            "h4-eth0",
+            "-f",
+            "udp port 9100",
+            "-w",
+            str(pcap),
+            "-a",
+            "duration:6",
+        ),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -190,8 +260,25 @@ def _incast(name: str, dscp: int, tmp: Path) -> tuple[dict, dict, list[list[str]
     rx = Receiver(name, "h4", 9100)
     before = fabric_totals(name)
     senders = [
-        subprocess.Popen(probe(name, h, "send", "--dst", FAB.host_ip("h4"), "--dport", "9100", "--sports", str(20000 + i),
-                               "--count", "300", "--dscp", str(dscp)), stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            probe(
+                name,
+                h,
+                "send",
+                "--dst",
+                FAB.host_ip("h4"),
+                "--dport",
+                "9100",
+                "--sports",
+                str(20000 + i),
+                "--count",
+                "300",
+                "--dscp",
+                str(dscp),
+            ),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         for i, h in enumerate(("h1", "h2", "h3"))
     ]
     sent = sum(json.loads(s.communicate(timeout=60)[0])["sent"] for s in senders)
@@ -200,9 +287,28 @@ def _incast(name: str, dscp: int, tmp: Path) -> tuple[dict, dict, list[list[str]
     after = fabric_totals(name)
     delta = {k: after[k] - before[k] for k in after} | {"sent": sent}
     fields = subprocess.run(
-        ["tshark", "-r", str(pcap), "-o", "ip.check_checksum:TRUE", "-T", "fields",
-         "-e", "ip.dsfield.dscp", "-e", "frame.len", "-e", "ip.checksum.status", "-e", "udp.length", "-e", "ip.len"],
-        capture_output=True, text=True, check=True,
+        [
+            "tshark",
+            "-r",
+            str(pcap),
+            "-o",
+            "ip.check_checksum:TRUE",
+            "-T",
+            "fields",
+            "-e",
+            "ip.dsfield.dscp",
+            "-e",
+            "frame.len",
+            "-e",
+            "ip.checksum.status",
+            "-e",
+            "udp.length",
+            "-e",
+            "ip.len",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     rows = [line.split("\t") for line in fields.splitlines() if line.strip()]
     return got, delta, rows
@@ -216,18 +322,24 @@ def test_incast_trims_trimmable_and_drops_the_rest(fabric):
     got, delta, rows = _incast(fabric, 10, tmp)
     trimmed = [r for r in rows if r[0] == "11"]
     assert trimmed, f"no trimmed packets arrived: {got}"
-    for dscp, frame_len, csum_status, udp_len, ip_len in trimmed:
+    for _dscp, frame_len, csum_status, udp_len, ip_len in trimmed:
         assert frame_len == "128" and ip_len == "114" and udp_len == "94"
         assert csum_status == "1", "tshark must validate the trimmed header's IP checksum as good"
     assert all(r[2] == "1" for r in rows)
     # Counters agree with what arrived: every trimmed header the switch made reached h4.
-    assert delta["trims"] == len(trimmed) == got["kinds"].get("dscp11_ecn2_len86", 0) + got["kinds"].get("dscp11_ecn3_len86", 0)
+    assert (
+        delta["trims"]
+        == len(trimmed)
+        == got["kinds"].get("dscp11_ecn2_len86", 0) + got["kinds"].get("dscp11_ecn3_len86", 0)
+    )
     assert delta["tx"] == got["received"] == len(rows)
     if kernel() == k0:  # the emulator kept up: the books balance exactly
         assert delta["sent"] == got["received"] + delta["drops"] + delta["host_drops"]
 
     got, delta, rows = _incast(fabric, 0, tmp)
     assert not [r for r in rows if r[0] == "11"], "non-trimmable traffic must never be trimmed"
-    assert delta["trims"] == 0 and delta["drops"] > 0, "overflowing non-trimmable traffic is tail-dropped"
+    assert delta["trims"] == 0 and delta["drops"] > 0, (
+        "overflowing non-trimmable traffic is tail-dropped"
+    )
     assert delta["tx"] == got["received"]
     shutil.rmtree(tmp, ignore_errors=True)

@@ -72,7 +72,9 @@ class TopologyParams:
             if not lo <= value <= hi:
                 raise TopologyError(f"{name}: must be between {lo:g} and {hi:g}, got {value:g}")
         if self.ecn_kb is not None and not 0 < self.ecn_kb <= self.queue_kb:
-            raise TopologyError(f"ecn_kb: must be in (0, queue_kb={self.queue_kb:g}], got {self.ecn_kb}")
+            raise TopologyError(
+                f"ecn_kb: must be in (0, queue_kb={self.queue_kb:g}], got {self.ecn_kb}"
+            )
         if not isinstance(self.trimming, bool):
             raise TopologyError(f"trimming: must be true or false, got {self.trimming!r}")
         if self.trimmable_dscp == self.trimmed_dscp:
@@ -240,7 +242,7 @@ def host_name(leaf: int, i: int, hosts_per_leaf: int) -> str:
 
 def _mac(n: int) -> str:
     # Locally administered unicast, unique within a fabric (fabrics never share an L2 segment).
-    return "02:7b:%02x:%02x:%02x:%02x" % ((n >> 24) & 255, (n >> 16) & 255, (n >> 8) & 255, n & 255)
+    return f"02:7b:{(n >> 24) & 255:02x}:{(n >> 16) & 255:02x}:{(n >> 8) & 255:02x}:{n & 255:02x}"
 
 
 def leaf_spine(params: TopologyParams | None = None, **kwargs) -> Fabric:
@@ -284,11 +286,22 @@ def leaf_spine(params: TopologyParams | None = None, **kwargs) -> Fabric:
         for leaf in range(1, L + 1):
             for i in range(1, H + 1):
                 host = host_name(leaf, i, H)
-                connect(host, leaf_name(leaf, plane, P), plane, params.link_mbps, f"10.{plane}.{leaf}.{i}")
+                connect(
+                    host,
+                    leaf_name(leaf, plane, P),
+                    plane,
+                    params.link_mbps,
+                    f"10.{plane}.{leaf}.{i}",
+                )
     for plane in range(1, P + 1):
         for leaf in range(1, L + 1):
             for spine in range(1, S + 1):
-                connect(leaf_name(leaf, plane, P), spine_name(spine, plane, P), plane, params.uplink_mbps)
+                connect(
+                    leaf_name(leaf, plane, P),
+                    spine_name(spine, plane, P),
+                    plane,
+                    params.uplink_mbps,
+                )
 
     _compute_fibs(fab)
     _compute_host_config(fab)
@@ -305,7 +318,9 @@ def _compute_fibs(fab: Fabric) -> None:
         intfs = fab.interfaces[name]
         if node.kind == "leaf":
             uplinks = tuple(
-                NextHop(i.name, _peer_mac(fab, i)) for i in intfs if fab.nodes[i.peer_node].kind == "spine"
+                NextHop(i.name, _peer_mac(fab, i))
+                for i in intfs
+                if fab.nodes[i.peer_node].kind == "spine"
             )
             for i in intfs:
                 if fab.nodes[i.peer_node].kind == "host":
@@ -319,7 +334,9 @@ def _compute_fibs(fab: Fabric) -> None:
         else:
             for i in intfs:
                 leaf = fab.nodes[i.peer_node]
-                entries.append(FibEntry(f"10.{plane}.{leaf.index}.0/24", (NextHop(i.name, _peer_mac(fab, i)),)))
+                entries.append(
+                    FibEntry(f"10.{plane}.{leaf.index}.0/24", (NextHop(i.name, _peer_mac(fab, i)),))
+                )
         fab.fibs[name] = entries
 
 
