@@ -227,7 +227,7 @@ def failover(
     - target = RECOVERY_FRACTION x healthy x capacity ratio, the ratio being what the damaged
       fabric can still carry over what the healthy one could (1 unless capacity was removed,
       e.g. 0.5 for one of two planes down).
-    - recovered at the first bin starting at or after the failure from which the mean over
+    - recovered at the first bin, from the one holding the failure on, from which the mean over
       `SUSTAIN_S`, with every bin capped at the healthy level, reaches the target; the cap stops
       one burst of held-back bytes from counting as recovery. Finishing all outstanding data
       counts as recovered at that moment. Resolution: one bin (10 ms).
@@ -261,7 +261,8 @@ def failover(
         # outstanding interval ending at `last_end` was cut by the end of the run.
         span_done = complete or span[1] < last_end
         target = RECOVERY_FRACTION * healthy * min(1.0, max(0.0, ratio))
-        k = math.ceil(t_fail / bin_s - 1e-9)
+        # Start with the bin holding the failure: a failure that costs nothing reads 0 ms.
+        k = int(t_fail / bin_s + 1e-9)
         result: Failover | None = None
         while True:
             window = [

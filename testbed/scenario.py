@@ -19,10 +19,11 @@ from __future__ import annotations
 import difflib
 import math
 import random
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import (
@@ -291,20 +292,19 @@ Event = Annotated[
     Field(discriminator="action"),
 ]
 LINK_EVENTS = (LinkDown, LinkUp, Blackhole, Loss, Degrade, Flap, Heal)
-ACTIONS: tuple[str, ...] = (
-    "link-down",
-    "link-up",
-    "blackhole",
-    "loss",
-    "degrade",
-    "flap",
-    "heal",
-    "switch-down",
-    "switch-up",
-    "plane-down",
-    "plane-up",
+
+
+def _by_tag(models: Iterable[type[BaseModel]], tag: str) -> dict[str, type[BaseModel]]:
+    return {get_args(m.model_fields[tag].annotation)[0]: m for m in models}
+
+
+_EVENT_MODELS = _by_tag((*LINK_EVENTS, SwitchDown, SwitchUp, PlaneDown, PlaneUp), "action")
+_WORKLOAD_MODELS = _by_tag(
+    (BulkWorkload, PermutationWorkload, IncastWorkload, AlltoallWorkload, AllreduceWorkload),
+    "kind",
 )
-WORKLOAD_KINDS: tuple[str, ...] = ("bulk", "permutation", "incast", "alltoall", "allreduce")
+ACTIONS: tuple[str, ...] = tuple(_EVENT_MODELS)
+WORKLOAD_KINDS: tuple[str, ...] = tuple(_WORKLOAD_MODELS)
 
 
 class Expect(_Model):
@@ -445,7 +445,7 @@ def _first_error(exc: ValidationError, data: dict) -> ScenarioError:
         allowed = WORKLOAD_KINDS if field == "kind" else ACTIONS
         return ScenarioError(
             f"{path}.{field}",
-            f"unknown {field} {value_of(value, field)!r} (one of {', '.join(allowed)})",
+            f"unknown {field} {_tag_value(value, field)!r} (one of {', '.join(allowed)})",
         )
     if kind == "union_tag_not_found":
         field = "kind" if loc[0] == "workload" else "action"
@@ -461,7 +461,7 @@ def _first_error(exc: ValidationError, data: dict) -> ScenarioError:
     return ScenarioError(path, msg)
 
 
-def value_of(value: Any, field: str) -> Any:
+def _tag_value(value: Any, field: str) -> Any:
     return value.get(field) if isinstance(value, dict) else value
 
 
@@ -478,31 +478,11 @@ def _did_you_mean(loc: tuple, data: dict) -> str:
 
 
 def _fields_of(parent: tuple, node: Any) -> list[str]:
-    tag_field = "kind" if parent[:1] == ("workload",) else "action"
-    tag = node.get(tag_field) if isinstance(node, dict) else None
-    models = {
-        "kind": dict(
-            zip(
-                WORKLOAD_KINDS,
-                (
-                    BulkWorkload,
-                    PermutationWorkload,
-                    IncastWorkload,
-                    AlltoallWorkload,
-                    AllreduceWorkload,
-                ),
-                strict=True,
-            )
-        ),
-        "action": dict(
-            zip(
-                ACTIONS,
-                (*LINK_EVENTS, SwitchDown, SwitchUp, PlaneDown, PlaneUp),
-                strict=True,
-            )
-        ),
-    }[tag_field]
-    model = models.get(tag)
+    """Keys of the workload or event model that `node`'s tag selects (for "did you mean")."""
+    tag_field, models = (
+        ("kind", _WORKLOAD_MODELS) if parent[:1] == ("workload",) else ("action", _EVENT_MODELS)
+    )
+    model = models.get(node.get(tag_field)) if isinstance(node, dict) else None
     return list(model.model_fields) if model is not None else []
 
 
@@ -569,7 +549,7 @@ def _check_event(path: str, event: Event, sc: Scenario, fabric: Fabric) -> None:
         a, b = event.link
         for name in (a, b):
             if name not in fabric.nodes:
-                raise ScenarioError(f"{path}.link", f"no node named {name}")
+                raise ScenarioError(f"{path}.link", f"no node named {name}{_plane_hint(name, sc)}")
         if a == b:
             raise ScenarioError(f"{path}.link", f"both ends are {a}")
         try:
@@ -589,7 +569,8 @@ def _check_event(path: str, event: Event, sc: Scenario, fabric: Fabric) -> None:
     elif isinstance(event, _SwitchEvent):
         node = fabric.nodes.get(event.node)
         if node is None:
-            raise ScenarioError(f"{path}.node", f"no switch named {event.node}")
+            hint = _plane_hint(event.node, sc)
+            raise ScenarioError(f"{path}.node", f"no switch named {event.node}{hint}")
         if node.kind == "host":
             raise ScenarioError(f"{path}.node", f"{event.node} is a host, not a switch")
     elif isinstance(event, _PlaneEvent):
@@ -598,6 +579,13 @@ def _check_event(path: str, event: Event, sc: Scenario, fabric: Fabric) -> None:
             raise ScenarioError(
                 f"{path}.plane", f"no plane {event.plane} (topology.planes {planes})"
             )
+
+
+def _plane_hint(name: str, sc: Scenario) -> str:
+    planes = sc.topology.planes
+    if planes > 1 and re.fullmatch(r"(leaf|spine)\d+", name):
+        return f" (with {planes} planes switch names end in p1..p{planes}, e.g. {name}p1)"
+    return ""
 
 
 # --------------------------------------------------------------------------- derived facts

@@ -1,0 +1,396 @@
+"""The four pictures of a run, drawn from plain data into PNG files.
+
+Each `plot_*` function takes lists and dicts (no run objects, no fabric), so a plot can be
+redrawn from the CSV files of an old run and tested without one; `plot_run` draws all of them
+from the runner's `TransportMetrics`. Matplotlib's Agg backend is forced: runs
+happen over SSH, in CI and under sudo, where there is no display.
+
+Readability rules these plots follow: one colour per transport in every plot of a run (the
+`TRANSPORT_COLOURS` table); failures are red dashed lines and recoveries green dotted ones,
+labelled with what happened; axes say their unit; nothing is drawn that the data did not show
+(stalls stay visible as gaps in the raw 10 ms bins under the smoothed line).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+from matplotlib.ticker import FuncFormatter  # noqa: E402
+
+from testbed.metrics import AppliedEvent, TransportMetrics, percentiles  # noqa: E402
+from testbed.scenario import FAILURE_ACTIONS  # noqa: E402
+
+# No red or green here: those are the event markers' colours.
+TRANSPORT_COLOURS = {
+    "mrc": "#1f77b4",
+    "single-path": "#ff7f0e",
+    "spray-no-failover": "#9467bd",
+    "tcp": "#7f7f7f",
+    "mptcp": "#8c564b",
+}
+_OTHER_COLOURS = ["#e377c2", "#bcbd22", "#17becf", "#393b79", "#637939"]
+FAILURE_STYLE = {"color": "#c0392b", "linestyle": "--", "linewidth": 1.2}
+RECOVERY_STYLE = {"color": "#27ae60", "linestyle": ":", "linewidth": 1.4}
+DPI = 110
+_PCT_MARKERS = (("p50", "o"), ("p99", "s"), ("p100", "^"))
+
+EventMark = tuple[float, str]
+"""(time in s, label such as "link-down spine1-leaf2"); the label's first word is the action."""
+
+
+def colour(transport: str, index: int = 0) -> str:
+    return TRANSPORT_COLOURS.get(transport, _OTHER_COLOURS[index % len(_OTHER_COLOURS)])
+
+
+def _smooth(values: Sequence[float], width: int) -> list[float]:
+    """Centred moving average; the edges average what exists."""
+    if width <= 1:
+        return list(values)
+    half = width // 2
+    prefix = [0.0]
+    for v in values:
+        prefix.append(prefix[-1] + v)
+    out = []
+    for i in range(len(values)):
+        lo, hi = max(0, i - half), min(len(values), i + half + 1)
+        out.append((prefix[hi] - prefix[lo]) / (hi - lo))
+    return out
+
+
+def _mark_events(ax: plt.Axes, events: Sequence[EventMark]) -> None:
+    """Vertical lines labelled inside the top of the axes, staggered so close ones stay legible."""
+    last_t, level = -math.inf, 0
+    xmin, xmax = ax.get_xlim()
+    span = max(xmax - xmin, 1e-9)
+    for t, label in sorted(events):
+        failure = label.split(" ", 1)[0] in FAILURE_ACTIONS
+        ax.axvline(t, **(FAILURE_STYLE if failure else RECOVERY_STYLE), zorder=1)
+        level = level + 1 if (t - last_t) < 0.06 * span else 0
+        last_t = t
+        ax.annotate(
+            label,
+            xy=(t, 1.0),
+            xycoords=("data", "axes fraction"),
+            xytext=(3, -4 - 11 * (level % 4)),
+            textcoords="offset points",
+            fontsize=7.5,
+            va="top",
+            ha="left",
+            color=(FAILURE_STYLE if failure else RECOVERY_STYLE)["color"],
+            bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.8},
+        )
+
+
+def _finish(fig: plt.Figure, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def plot_goodput(
+    series: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    path: str | Path,
+    *,
+    events: Sequence[EventMark] = (),
+    bottleneck_mbps: float | None = None,
+    title: str = "Goodput",
+    smooth_bins: int = 5,
+) -> Path:
+    """Goodput over time per transport: raw 10 ms bins faintly, a moving average on top."""
+    fig, ax = plt.subplots(figsize=(10, 4.2))
+    top = 0.0
+    for i, (name, (times, mbps)) in enumerate(series.items()):
+        c = colour(name, i)
+        ax.step(times, mbps, where="post", color=c, alpha=0.22, linewidth=0.7)
+        ax.plot(times, _smooth(mbps, smooth_bins), color=c, linewidth=1.8, label=f"{name}")
+        top = max(top, max(_smooth(mbps, smooth_bins), default=0.0))
+    if bottleneck_mbps:
+        ax.axhline(bottleneck_mbps, color="black", linewidth=0.8, alpha=0.5)
+        ax.annotate(
+            f"bottleneck {bottleneck_mbps:g} Mbps",
+            xy=(0.0, bottleneck_mbps),
+            xycoords=("axes fraction", "data"),
+            xytext=(4, 3),
+            textcoords="offset points",
+            fontsize=8,
+            alpha=0.7,
+        )
+        top = max(top, bottleneck_mbps)
+    ax.set_ylim(0, (top or 1.0) * 1.45)  # head-room for the event labels
+    ax.set_xlim(left=0)
+    ax.set_xlabel("time since workload start (s)")
+    ax.set_ylabel("goodput (Mbps)")
+    ax.set_title(
+        title + f"  ({smooth_bins * 10} ms moving average; faint: 10 ms bins)", fontsize=10
+    )
+    ax.grid(alpha=0.3)
+    _mark_events(ax, events)
+    ax.legend(loc="lower right", fontsize=8, framealpha=0.9)
+    fig.tight_layout()
+    return _finish(fig, path)
+
+
+def plot_ev_share(
+    bin_times: Sequence[float],
+    ev_bytes: Mapping[str, Sequence[float]],
+    path: str | Path,
+    *,
+    events: Sequence[EventMark] = (),
+    title: str = "Traffic share per EV",
+    max_series: int = 10,
+    smooth_bins: int = 5,
+) -> Path:
+    """Stacked share of sent bytes per EV (or path) over time; the smallest grouped as "other".
+
+    A connection has up to hundreds of EVs; more than ~10 colours cannot be told apart, so the
+    largest `max_series - 1` are drawn and the rest summed. Bins with no traffic are left empty
+    rather than drawn as an invented share.
+    """
+    totals = sorted(ev_bytes, key=lambda k: -sum(ev_bytes[k]))
+    keep = totals if len(totals) <= max_series else totals[: max_series - 1]
+    rows = {k: _smooth(ev_bytes[k], smooth_bins) for k in keep}
+    rest = [k for k in totals if k not in keep]
+    if rest:
+        other = [sum(ev_bytes[k][i] for k in rest) for i in range(len(bin_times))]
+        rows[f"other ({len(rest)} EVs)"] = _smooth(other, smooth_bins)
+    n = len(bin_times)
+    sums = [sum(r[i] for r in rows.values()) for i in range(n)]
+    shares = {
+        k: [r[i] / sums[i] if sums[i] > 0 else math.nan for i in range(n)] for k, r in rows.items()
+    }
+    fig, ax = plt.subplots(figsize=(10, 4.2))
+    cmap = plt.get_cmap("tab10")
+    colours = [cmap(i % 10) for i in range(len(shares))]
+    if rest:
+        colours[-1] = (0.75, 0.75, 0.75, 1.0)
+    ax.stackplot(bin_times, *shares.values(), labels=list(shares), colors=colours, alpha=0.9)
+    ax.set_xlim(bin_times[0] if n else 0, bin_times[-1] if n else 1)
+    ax.set_ylim(0, 1.28)
+    ax.set_yticks([0, 0.25, 0.5, 0.75, 1.0])
+    ax.set_yticklabels(["0%", "25%", "50%", "75%", "100%"])
+    ax.set_xlabel("time since workload start (s)")
+    ax.set_ylabel("share of bytes sent")
+    ax.set_title(title, fontsize=10)
+    _mark_events(ax, events)
+    handles, labels = ax.get_legend_handles_labels()
+    # Legend top-to-bottom in the order the bands are stacked on screen.
+    ax.legend(
+        handles[::-1],
+        labels[::-1],
+        loc="center left",
+        bbox_to_anchor=(1.01, 0.5),
+        fontsize=8,
+        frameon=False,
+    )
+    fig.tight_layout()
+    return _finish(fig, path)
+
+
+def plot_step_cdf(
+    step_ms: Mapping[str, Sequence[float]],
+    path: str | Path,
+    *,
+    unfinished: Mapping[str, int] | None = None,
+    title: str = "All-reduce step time",
+) -> Path:
+    """Empirical CDF of step times per transport, with P50, P99 and P100 marked and written.
+
+    Unfinished steps keep their place in the denominator, so such a curve stops below 1 and
+    says how many steps never finished: the honest picture of a P100 that is "never".
+    """
+    unfinished = unfinished or {}
+    fig, ax = plt.subplots(figsize=(8, 4.6))
+    finite = [v for vals in step_ms.values() for v in vals if v > 0]
+    log = bool(finite) and max(finite) / min(finite) > 20
+    for i, (name, vals) in enumerate(step_ms.items()):
+        c = colour(name, i)
+        missing = unfinished.get(name, 0)
+        data = sorted(vals)
+        total = len(data) + missing
+        if total == 0:
+            continue
+        ys = [(k + 1) / total for k in range(len(data))]
+        pct = percentiles([*data, *([math.inf] * missing)])
+        parts = []
+        for key, marker in _PCT_MARKERS:
+            v = pct[key]
+            if v is None:
+                parts.append(f"{key.upper()} never")
+                continue
+            rank = sum(1 for x in data if x <= v) / total
+            ax.plot([v], [rank], marker=marker, color=c, markersize=7, markeredgecolor="black")
+            parts.append(f"{key.upper()} {v:.0f} ms")
+        p50, p100 = pct["p50"], pct["p100"]
+        tail = f"  (P100/P50 {p100 / p50:.2f})" if p50 and p100 else ""
+        if missing:
+            tail += f"  ({missing} of {total} never finished)"
+        ax.step(
+            data,
+            ys,
+            where="post",
+            color=c,
+            linewidth=1.8,
+            label=f"{name}: {' · '.join(parts)}{tail}",
+        )
+    if log:
+        ax.set_xscale("log")
+        plain = FuncFormatter(lambda v, _: f"{v:g}")
+        ax.xaxis.set_major_formatter(plain)
+        ax.xaxis.set_minor_formatter(
+            FuncFormatter(lambda v, _: f"{v:g}" if f"{v:g}"[0] in "25" else "")
+        )
+        ax.tick_params(axis="x", which="minor", labelsize=7)
+    for key, marker in _PCT_MARKERS:
+        ax.plot([], [], marker, color="white", markeredgecolor="black", label=key.upper())
+    if not finite:
+        ax.set_xlim(0, 1)  # nothing finished: an empty axis, not a negative one
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("step time (ms)" + (", log scale" if log else ""))
+    ax.set_ylabel("fraction of steps")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(loc="lower right", fontsize=8, framealpha=0.9, ncols=1)
+    fig.tight_layout()
+    return _finish(fig, path)
+
+
+def plot_ports(
+    queues: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    counters: Mapping[str, Mapping[str, int | Mapping[str, int]]],
+    path: str | Path,
+    *,
+    events: Sequence[EventMark] = (),
+    queue_limit_kb: float | None = None,
+    max_ports: int = 8,
+    title: str = "Switch ports",
+) -> Path:
+    """Queue depth over time of the busiest ports, and trims/drops per port.
+
+    queues: port -> (times s, data-queue bytes); counters: port -> {"trims": n, "drops": n or
+    {reason: n}}. Only the `max_ports` ports with the deepest queues (top) and the most
+    trims + drops (bottom) are shown: a fabric has dozens of ports, most of them idle.
+    """
+    fig, (ax_q, ax_c) = plt.subplots(2, 1, figsize=(10, 6.8), gridspec_kw={"height_ratios": [3, 2]})
+    busiest = sorted(queues, key=lambda p: -max(queues[p][1], default=0))[:max_ports]
+    cmap = plt.get_cmap("tab10")
+    for i, port in enumerate(busiest):
+        times, depth = queues[port]
+        ax_q.step(times, [d / 1000 for d in depth], where="post", color=cmap(i % 10), label=port)
+    if queue_limit_kb:
+        ax_q.axhline(queue_limit_kb, color="black", linewidth=0.8, alpha=0.6)
+        ax_q.annotate(
+            f"queue limit {queue_limit_kb:g} kB",
+            xy=(0.0, queue_limit_kb),
+            xycoords=("axes fraction", "data"),
+            xytext=(4, 3),
+            textcoords="offset points",
+            fontsize=8,
+        )
+    peak = max((max(queues[p][1], default=0) / 1000 for p in busiest), default=0.0)
+    ax_q.set_ylim(0, max(peak, queue_limit_kb or 0, 1.0) * 1.4)
+    ax_q.set_xlim(left=0)
+    ax_q.set_xlabel("time since workload start (s)")
+    ax_q.set_ylabel("data queue (kB)")
+    ax_q.set_title(title + f": queue depth of the {len(busiest)} deepest ports", fontsize=10)
+    ax_q.grid(alpha=0.3)
+    _mark_events(ax_q, events)
+    if busiest:
+        ax_q.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
+
+    def total(value: int | Mapping[str, int]) -> int:
+        return sum(value.values()) if isinstance(value, Mapping) else int(value)
+
+    rows = {p: (total(c.get("trims", 0)), total(c.get("drops", 0))) for p, c in counters.items()}
+    worst = [p for p in sorted(rows, key=lambda p: -sum(rows[p])) if sum(rows[p]) > 0][:max_ports]
+    if worst:
+        xs = range(len(worst))
+        trims = [rows[p][0] for p in worst]
+        drops = [rows[p][1] for p in worst]
+        bars_t = ax_c.bar([x - 0.2 for x in xs], trims, 0.4, label="trims", color="#f39c12")
+        bars_d = ax_c.bar([x + 0.2 for x in xs], drops, 0.4, label="drops", color="#c0392b")
+        ax_c.bar_label(bars_t, fontsize=7, padding=1)
+        ax_c.bar_label(bars_d, fontsize=7, padding=1)
+        ax_c.set_xticks(list(xs))
+        ax_c.set_xticklabels(worst, rotation=20, ha="right", fontsize=8)
+        ax_c.set_ylim(0, max(max(trims), max(drops)) * 1.25)
+        ax_c.legend(fontsize=8)
+    else:
+        ax_c.text(0.5, 0.5, "no trims and no drops on any port", ha="center", va="center")
+        ax_c.set_xticks([])
+    ax_c.set_ylabel("packets")
+    ax_c.set_title("trims and drops per port (whole run)", fontsize=10)
+    ax_c.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    return _finish(fig, path)
+
+
+def plot_run(
+    out_dir: str | Path,
+    metrics: Mapping[str, TransportMetrics],
+    *,
+    events: Sequence[EventMark] = (),
+    port_queues: Mapping[str, tuple[Sequence[float], Sequence[float]]] | None = None,
+    port_counters: Mapping[str, Mapping[str, int | Mapping[str, int]]] | None = None,
+    queue_limit_kb: float | None = None,
+    title: str = "",
+) -> dict[str, Path]:
+    """Every plot a run has data for, into out_dir; returns {caption: path} for the report.
+
+    A convenience over the functions above for the runner. The EV-share plot is
+    drawn per transport that reported per-EV bytes; the step CDF only for all-reduce runs.
+    """
+    out_dir = Path(out_dir)
+    made: dict[str, Path] = {}
+    if not metrics:
+        return made
+    first = next(iter(metrics.values()))
+    made["Goodput over time"] = plot_goodput(
+        {n: (m.bin_times, m.goodput_bins) for n, m in metrics.items()},
+        out_dir / "goodput.png",
+        events=events,
+        bottleneck_mbps=first.bottleneck_mbps,
+        title=f"{title}: goodput" if title else "Goodput",
+    )
+    for n, m in metrics.items():
+        ev = m.ev_bytes
+        if ev:
+            length = min(len(v) for v in ev.values())
+            made[f"Traffic share per EV ({n})"] = plot_ev_share(
+                m.bin_times[:length],
+                {k: list(v)[:length] for k, v in ev.items()},
+                out_dir / f"ev_share_{n}.png",
+                events=events,
+                title=f"{title}: traffic share per EV, {n}"
+                if title
+                else f"Traffic share per EV, {n}",
+            )
+    if any(m.step_ms or m.steps_unfinished for m in metrics.values()):
+        made["Step-time CDF"] = plot_step_cdf(
+            {n: m.step_ms for n, m in metrics.items()},
+            out_dir / "step_cdf.png",
+            unfinished={n: m.steps_unfinished for n, m in metrics.items()},
+            title=f"{title}: all-reduce step time" if title else "All-reduce step time",
+        )
+    if port_queues or port_counters:
+        made["Switch ports: queues, trims and drops"] = plot_ports(
+            port_queues or {},
+            port_counters or {},
+            out_dir / "ports.png",
+            events=events,
+            queue_limit_kb=queue_limit_kb,
+            title=title or "Switch ports",
+        )
+    return made
+
+
+def event_marks(events: Sequence[AppliedEvent]) -> list[EventMark]:
+    """(time, label) for plots from `testbed.metrics.AppliedEvent`s (applied time when known)."""
+    return [(a.time, a.event.describe()) for a in events]

@@ -1,0 +1,373 @@
+"""What a person reads after a run: report.md, the CSV data behind it, and the terminal table.
+
+Everything is rendered from `summary.json` (so an old results folder can be re-reported), plus,
+when the runner has them, the richer `TransportMetrics` -- they say *why* a number is missing
+(a failover that never recovered versus a failure that hit no traffic). Transports are columns,
+metrics are rows: the side-by-side comparison is the point of `testbed compare`.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from testbed.metrics import BIN_S, TransportMetrics
+from testbed.scenario import FAILURE_ACTIONS, Scenario
+from testbed.sizes import format_size
+
+KERNEL_DROPS_BANNER = "WARNING: EMULATION OVERLOADED"
+
+
+def _num(value: float | None, fmt: str = ".1f", none: str = "—") -> str:
+    return none if value is None else format(value, fmt)
+
+
+def _failover_cell(
+    entry: Mapping[str, Any], metrics: TransportMetrics | None, had_failure: bool
+) -> str:
+    if entry.get("failover_ms") is not None:
+        return f"{entry['failover_ms']:.0f}"
+    if metrics is not None:
+        return {
+            "not-recovered": "never",
+            "not-exercised": "not exercised",
+            "no-failure": "—",
+        }.get(metrics.failover.status, "—")
+    return "not measured" if had_failure else "—"
+
+
+def _step_cell(value: float | None, pct: Mapping[str, Any]) -> str:
+    if value is None:
+        return "never" if pct.get("p50") is not None else "—"
+    return f"{value:.0f}"
+
+
+def comparison_rows(
+    summary: Mapping[str, Any], metrics: Mapping[str, TransportMetrics] | None = None
+) -> tuple[list[str], list[tuple[str, list[str]]]]:
+    """(transport names, [(row label, one cell per transport)]) for every table we print."""
+    metrics = metrics or {}
+    names = list(summary["transports"])
+    had_failure = any(e["action"] in FAILURE_ACTIONS for e in summary.get("events", []))
+    rows: dict[str, list[str]] = {}
+    for name in names:
+        e = summary["transports"][name]
+        m = metrics.get(name)
+        pct = e.get("step_time_ms") or {}
+        bottleneck = e.get("bottleneck_mbps") or 0
+        frac = f" ({e['goodput_mbps'] / bottleneck:.0%})" if bottleneck else ""
+        delivered = e["delivered_bytes"]
+        lost = e.get("lost_bytes", 0)
+        checks = e["expectations"]["checks"]
+        failed = [c["name"] for c in checks if not c["passed"]]
+        if not checks:
+            verdict = "none set"
+        elif failed:
+            verdict = f"FAIL ({len(checks) - len(failed)}/{len(checks)}): {', '.join(failed)}"
+        else:
+            verdict = f"pass ({len(checks)}/{len(checks)})"
+        p50, p100 = pct.get("p50"), pct.get("p100")
+        if p50 and p100:
+            ratio = f"{p100 / p50:.2f}"
+        else:
+            ratio = "never" if p50 is not None else "—"
+        retx = e.get("retransmits") or {}
+        retx_cell = str(sum(retx.values()))
+        if retx:
+            retx_cell += " (" + ", ".join(f"{k} {v}" for k, v in sorted(retx.items())) + ")"
+        cells = {
+            "goodput (Mbps)": f"{e['goodput_mbps']:.1f}{frac}",
+            "delivered": "all"
+            if lost == 0
+            else f"{format_size(delivered)}, {format_size(lost)} missing",
+            "max stall (ms)": _num(e.get("max_stall_ms"), ".0f"),
+            "failover (ms)": _failover_cell(e, m, had_failure),
+            "step P50 / P99 / P100 (ms)": " / ".join(
+                _step_cell(pct.get(k), pct) for k in ("p50", "p99", "p100")
+            ),
+            "step P100/P50": ratio,
+            "retransmits": retx_cell,
+            "trims": str(e.get("trims", 0)),
+            "expectations": verdict,
+        }
+        for label, cell in cells.items():
+            rows.setdefault(label, []).append(cell)
+    return names, list(rows.items())
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    def esc(cell: str) -> str:
+        return str(cell).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(esc(h) for h in header) + " |"]
+    lines.append("|" + "|".join("---" for _ in header) + "|")
+    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _event_text(e: Mapping[str, Any]) -> str:
+    """``loss leaf1–spine1 1.5% (leaf1→spine1 only)`` from a summary.json event."""
+    parts = [str(e["action"])]
+    if "link" in e:
+        parts.append("–".join(e["link"]))
+    if "node" in e:
+        parts.append(str(e["node"]))
+    if "plane" in e:
+        parts.append(f"plane {e['plane']}")
+    for key, unit in (
+        ("percent", "%"),
+        ("mbps", " Mbps"),
+        ("period_ms", " ms period"),
+        ("count", " cycles"),
+    ):
+        if key in e:
+            parts.append(f"{e[key]:g}{unit}")
+    if "direction" in e:
+        parts.append(f"({'→'.join(e['direction'])} only)")
+    return " ".join(parts)
+
+
+def render_report(
+    summary: Mapping[str, Any],
+    *,
+    scenario: Scenario | None = None,
+    metrics: Mapping[str, TransportMetrics] | None = None,
+    plots: Mapping[str, str | Path] | None = None,
+    out_dir: str | Path | None = None,
+) -> str:
+    """The text of report.md. `plots` maps a caption to a PNG path (made relative to out_dir)."""
+    out: list[str] = [f"# {summary['scenario']}", ""]
+    if scenario is not None:
+        out += [scenario.description.strip(), ""]
+    emu = summary.get("emulation", {})
+    drops = emu.get("kernel_drops", 0)
+    if drops:
+        out += [
+            f"> **{KERNEL_DROPS_BANNER}: the kernel dropped {drops} packets** that switch or "
+            "endpoint processes did not read in time. Losses, stalls and failover times below "
+            "may be the machine's, not the protocol's: lower `link_mbps` or the workload and "
+            "run again before drawing conclusions.",
+            "",
+        ]
+    topo = summary.get("topology", {})
+    facts = [
+        f"- started {summary.get('started', '?')}, seed {summary.get('seed')}",
+        "- topology: " + ", ".join(f"{k} {v}" for k, v in topo.items() if k in _TOPOLOGY_FACTS),
+    ]
+    if scenario is not None:
+        w = scenario.workload.model_dump()
+        kind = w.pop("kind")
+        wl = ", ".join(
+            f"{k} {format_size(v) if k == 'bytes' else v}" for k, v in w.items() if v is not None
+        )
+        facts.append(f"- workload: {kind} ({wl}); duration {scenario.duration_s:g} s")
+    out += facts + [""]
+
+    names, rows = comparison_rows(summary, metrics)
+    out += ["## Side by side", "", markdown_table(["", *names], [[lab, *c] for lab, c in rows]), ""]
+    out += [
+        "goodput: delivered bytes over the active period (first post to last completion), in "
+        "parentheses as a share of the ideal-multipath bottleneck; max stall: longest time with "
+        "data outstanding and nothing delivered; failover: from the failure until goodput is "
+        "back at 90% of its pre-failure level (see docs/scenario-format.md).",
+        "",
+    ]
+
+    out += ["## Expectations", ""]
+    check_rows = []
+    for name in names:
+        for c in summary["transports"][name]["expectations"]["checks"]:
+            value = "—" if c["value"] is None else c["value"]
+            check_rows.append(
+                [
+                    name,
+                    c["name"],
+                    str(c["limit"]),
+                    str(value),
+                    "pass" if c["passed"] else "**FAIL**",
+                ]
+            )
+    if check_rows:
+        out += [markdown_table(["transport", "check", "limit", "value", ""], check_rows), ""]
+    else:
+        out += ["The scenario sets no expectations.", ""]
+
+    out += ["## Timeline as applied", ""]
+    events = summary.get("events", [])
+    if events:
+        ev_rows = []
+        for e in events:
+            applied = e.get("applied_at")
+            late = "—" if applied is None else f"{(applied - e['at']) * 1000:.1f}"
+            ev_rows.append(
+                [
+                    f"{e['at']:g}",
+                    "not applied" if applied is None else f"{applied:.4f}",
+                    late,
+                    _event_text(e),
+                ]
+            )
+        out += [markdown_table(["at (s)", "applied at (s)", "late (ms)", "event"], ev_rows), ""]
+    else:
+        out += ["No events: the fabric stayed healthy.", ""]
+
+    out += ["## Emulation health", ""]
+    out += [
+        markdown_table(
+            ["CPU use (all cores)", "timer jitter P99 (µs)", "kernel drops"],
+            [
+                [
+                    f"{emu.get('cpu_util', 0):.0%}",
+                    f"{emu.get('timer_jitter_us_p99', 0):.0f}",
+                    f"**{drops}**" if drops else "0",
+                ]
+            ],
+        ),
+        "",
+        "Kernel drops are packets lost because the emulator was CPU-bound, not because the "
+        "emulated network dropped them; a trustworthy run has none.",
+        "",
+    ]
+
+    if plots:
+        out += ["## Plots", ""]
+        for caption, path in plots.items():
+            rel = os.path.relpath(path, out_dir) if out_dir is not None else str(path)
+            out += [f"### {caption}", "", f"![{caption}]({Path(rel).as_posix()})", ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+_TOPOLOGY_FACTS = (
+    "spines",
+    "leaves",
+    "hosts_per_leaf",
+    "planes",
+    "link_mbps",
+    "delay_us",
+    "queue_kb",
+    "trimming",
+    "trim_bytes",
+)
+
+
+def write_report(
+    out_dir: str | Path,
+    summary: Mapping[str, Any],
+    *,
+    scenario: Scenario | None = None,
+    metrics: Mapping[str, TransportMetrics] | None = None,
+    plots: Mapping[str, str | Path] | None = None,
+) -> Path:
+    """Write out_dir/report.md and return its path."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "report.md"
+    path.write_text(
+        render_report(summary, scenario=scenario, metrics=metrics, plots=plots, out_dir=out_dir),
+        encoding="utf-8",
+    )
+    return path
+
+
+def write_summary(out_dir: str | Path, summary: Mapping[str, Any]) -> Path:
+    """out_dir/summary.json as strict JSON (a NaN or infinity is a bug, not a value to write)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "summary.json"
+    path.write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    return path
+
+
+def write_timeseries_csv(
+    out_dir: str | Path, metrics: Mapping[str, TransportMetrics]
+) -> list[Path]:
+    """goodput.csv (time_s, one Mbps column per transport) and step_times.csv, for re-plotting."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    names = list(metrics)
+    nbins = max((len(m.goodput_bins) for m in metrics.values()), default=0)
+    path = out_dir / "goodput.csv"
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["time_s", *(f"{n}_mbps" for n in names)])
+        for k in range(nbins):
+            row = [f"{k * BIN_S:.3f}"]
+            for n in names:
+                bins = metrics[n].goodput_bins
+                row.append(f"{bins[k]:.3f}" if k < len(bins) else "")
+            w.writerow(row)
+    written.append(path)
+    if any(m.step_ms or m.steps_unfinished for m in metrics.values()):
+        path = out_dir / "step_times.csv"
+        with path.open("w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(["transport", "step", "step_ms"])
+            for n, m in metrics.items():
+                for i, v in enumerate(m.step_ms):
+                    w.writerow([n, i, f"{v:.3f}"])
+                for j in range(m.steps_unfinished):
+                    w.writerow([n, len(m.step_ms) + j, "unfinished"])
+        written.append(path)
+    return written
+
+
+def format_comparison_plain(
+    summary: Mapping[str, Any], metrics: Mapping[str, TransportMetrics] | None = None
+) -> str:
+    """The side-by-side table as aligned plain text (CI logs, pipes)."""
+    names, rows = comparison_rows(summary, metrics)
+    header = ["", *names]
+    body = [[label, *cells] for label, cells in rows]
+    widths = [max(len(str(r[i])) for r in [header, *body]) for i in range(len(header))]
+    lines = [
+        "  ".join(str(c).ljust(widths[i]) for i, c in enumerate(r)).rstrip()
+        for r in [header, *body]
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    drops = summary.get("emulation", {}).get("kernel_drops", 0)
+    if drops:
+        lines.append(
+            f"{KERNEL_DROPS_BANNER}: {drops} kernel drops; numbers may reflect the machine"
+        )
+    return "\n".join(lines)
+
+
+def print_comparison(
+    summary: Mapping[str, Any],
+    metrics: Mapping[str, TransportMetrics] | None = None,
+    *,
+    file: TextIO | None = None,
+    rich_output: bool | None = None,
+) -> None:
+    """Print the side-by-side table: a rich table on a terminal, plain text otherwise."""
+    file = file or sys.stdout
+    if rich_output is None:
+        rich_output = file.isatty()
+    if not rich_output:
+        print(format_comparison_plain(summary, metrics), file=file)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    names, rows = comparison_rows(summary, metrics)
+    table = Table(title=f"{summary['scenario']}", title_justify="left")
+    table.add_column("")
+    for n in names:
+        table.add_column(n, justify="right")
+    for label, cells in rows:
+        styled = [f"[bold red]{c}[/]" if c.startswith("FAIL") or c == "never" else c for c in cells]
+        table.add_row(label, *styled)
+    console = Console(file=file)
+    console.print(table)
+    drops = summary.get("emulation", {}).get("kernel_drops", 0)
+    if drops:
+        console.print(
+            f"[bold white on red] {KERNEL_DROPS_BANNER}: the kernel dropped {drops} packets; "
+            "numbers may reflect the machine, not the protocol [/]"
+        )

@@ -1,0 +1,428 @@
+"""Every class of scenario mistake fails fast, creates nothing, and names its key path."""
+
+import copy
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from testbed.scenario import (
+    FAILURE_ACTIONS,
+    RECOVERY_ACTIONS,
+    Scenario,
+    ScenarioError,
+    load_scenario,
+    validate,
+)
+
+BASE = {
+    "name": "link-failure",
+    "description": "One spine-leaf link dies mid-transfer and comes back.",
+    "topology": {
+        "spines": 2,
+        "leaves": 2,
+        "hosts_per_leaf": 2,
+        "planes": 1,
+        "link_mbps": 100,
+        "delay_us": 20,
+        "queue_kb": 64,
+        "trim_bytes": 128,
+        "trimming": True,
+    },
+    "transport": "mrc",
+    "workload": {"kind": "bulk", "src": "h1", "dst": "h3", "bytes": "20MB"},
+    "duration_s": 8,
+    "seed": 1,
+    "events": [
+        {"at": 2.0, "action": "link-down", "link": ["spine1", "leaf2"]},
+        {"at": 5.0, "action": "link-up", "link": ["spine1", "leaf2"]},
+    ],
+    "expect": {"delivered_all": True, "max_stall_ms": 50, "min_goodput_fraction": 0.8},
+}
+
+
+def variant(**changes):
+    """BASE with dotted-path changes; a value of ... deletes the key."""
+    data = copy.deepcopy(BASE)
+    for dotted, value in changes.items():
+        node = data
+        parts = dotted.split(".")
+        for part in parts[:-1]:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        if value is ...:
+            del node[parts[-1]]
+        else:
+            node[parts[-1]] = value
+    return data
+
+
+def error_of(data) -> str:
+    with pytest.raises(ScenarioError) as info:
+        validate(data)
+    return str(info.value)
+
+
+def test_design_md_example_is_valid():
+    sc = validate(BASE)
+    assert isinstance(sc, Scenario)
+    assert sc.transports == ["mrc"]
+    assert sc.workload.bytes == 20_000_000
+    assert [e.action for e in sc.timeline()] == ["link-down", "link-up"]
+
+
+# The four mistakes the issue names, with the exact messages.
+
+
+def test_typo_in_a_key():
+    data = variant(**{"topology.spinse": 2, "topology.spines": ...})
+    assert error_of(data) == "topology.spinse: unknown key (did you mean 'spines'?)"
+
+
+def test_link_between_non_adjacent_nodes():
+    data = copy.deepcopy(BASE)
+    data["events"].append({"at": 3.0, "action": "blackhole", "link": ["spine1", "spine2"]})
+    assert error_of(data) == "events[2].link: spine1 and spine2 are not adjacent"
+
+
+def test_event_after_the_end():
+    data = variant(**{"events.0.at": 9.0})
+    assert error_of(data) == "events[0].at: 9.0 is after the end (duration_s 8)"
+
+
+def test_event_at_the_end():
+    assert (
+        error_of(variant(**{"events.1.at": 8})) == "events[1].at: 8.0 is at the end (duration_s 8)"
+    )
+
+
+def test_host_that_does_not_exist():
+    assert error_of(variant(**{"workload.dst": "h99"})) == "workload.dst: no host named h99"
+
+
+@pytest.mark.parametrize(
+    "changes,message",
+    [
+        ({"nme": "x"}, "nme: unknown key (did you mean 'name'?)"),
+        ({"duration_s": ...}, "duration_s: required"),
+        ({"duration_s": 0}, "duration_s: input should be greater than 0, got 0"),
+        (
+            {"name": "Bad Name"},
+            "name: string should match pattern '^[a-z0-9][a-z0-9_-]*$', got 'Bad Name'",
+        ),
+        (
+            {"transport": "mrcc"},
+            "transport: unknown transport 'mrcc' (one of mrc, single-path, spray-no-failover, tcp, mptcp)",
+        ),
+        (
+            {"transport": ["mrc", "tcpp"]},
+            "transport[1]: unknown transport 'tcpp' (one of mrc, single-path, spray-no-failover, tcp, mptcp)",
+        ),
+        ({"topology.spines": "2"}, "topology.spines: input should be a valid integer, got '2'"),
+        ({"topology.spines": 300}, "topology.spines: must be between 1 and 253, got 300"),
+        ({"topology.trimming": 1}, "topology.trimming: input should be a valid boolean, got 1"),
+        ({"topology.ecn_kb": 100}, "topology.ecn_kb: must be in (0, queue_kb=64], got 100.0"),
+        (
+            {"workload.kind": "bulkk"},
+            "workload.kind: unknown kind 'bulkk' (one of bulk, permutation, incast, alltoall, allreduce)",
+        ),
+        ({"workload.kind": ...}, "workload.kind: required"),
+        ({"workload.srcc": "h1"}, "workload.srcc: unknown key (did you mean 'src'?)"),
+        (
+            {"workload.bytes": "20XB"},
+            "workload.bytes: unknown unit 'XB' in '20XB' (use B, KB, MB, GB, KiB, MiB or GiB)",
+        ),
+        ({"workload.bytes": 0}, "workload.bytes: must be more than 0 bytes"),
+        ({"workload.src": "h3"}, "workload.dst: same host as workload.src (h3)"),
+        ({"workload.src": "leaf1"}, "workload.src: no host named leaf1"),
+        (
+            {"events.0.action": "link-dwn"},
+            "events[0].action: unknown action 'link-dwn' (one of link-down, link-up, blackhole, loss, degrade, flap, heal, switch-down, switch-up, plane-down, plane-up)",
+        ),
+        ({"events.0.action": ...}, "events[0].action: required"),
+        (
+            {"events.0.link": ["spine1"]},
+            "events[0].link: list should have at least 2 items after validation, not 1, got ['spine1']",
+        ),
+        ({"events.0.link": ["spine1", "spine9"]}, "events[0].link: no node named spine9"),
+        ({"events.0.at": -1}, "events[0].at: input should be greater than or equal to 0, got -1"),
+        (
+            {"events.0.direction": ["leaf1", "spine1"]},
+            "events[0].direction: [leaf1, spine1] is not a direction of link [spine1, leaf2]",
+        ),
+        ({"events.0.percent": 5}, "events[0].percent: unknown key"),
+        (
+            {"expect.max_stal_ms": 5},
+            "expect.max_stal_ms: unknown key (did you mean 'max_stall_ms'?)",
+        ),
+        (
+            {"expect.min_goodput_fraction": 1.5},
+            "expect.min_goodput_fraction: input should be less than or equal to 1, got 1.5",
+        ),
+        (
+            {"expect.max_p100_over_p50": 1.5},
+            "expect.max_p100_over_p50: needs step times; the bulk workload has no steps",
+        ),
+        (
+            {"events": [], "expect.max_failover_ms": 10},
+            "expect.max_failover_ms: the timeline has no failure event",
+        ),
+    ],
+)
+def test_error_names_the_key_path(changes, message):
+    assert error_of(variant(**changes)) == message
+
+
+@pytest.mark.parametrize(
+    "event,message",
+    [
+        ({"at": 1.0, "action": "loss", "link": ["leaf1", "spine1"]}, "events[2].percent: required"),
+        (
+            {"at": 1.0, "action": "loss", "link": ["leaf1", "spine1"], "percent": 0},
+            "events[2].percent: input should be greater than 0, got 0",
+        ),
+        (
+            {"at": 1.0, "action": "loss", "link": ["leaf1", "spine1"], "percnt": 1},
+            "events[2].percnt: unknown key (did you mean 'percent'?)",
+        ),
+        (
+            {"at": 1.0, "action": "degrade", "link": ["leaf1", "spine1"], "mbps": -3},
+            "events[2].mbps: input should be greater than 0, got -3",
+        ),
+        (
+            {"at": 1.0, "action": "flap", "link": ["leaf1", "spine1"], "period_ms": 500},
+            "events[2].count: required",
+        ),
+        (
+            {"at": 1.0, "action": "flap", "link": ["leaf1", "spine1"], "period_ms": 1, "count": 2},
+            "events[2].period_ms: input should be greater than or equal to 2, got 1",
+        ),
+        (
+            {
+                "at": 6.0,
+                "action": "flap",
+                "link": ["leaf1", "spine1"],
+                "period_ms": 1000,
+                "count": 3,
+            },
+            "events[2].count: the flap runs until 9 s, after the end (duration_s 8)",
+        ),
+        (
+            {"at": 1.0, "action": "switch-down", "node": "h1"},
+            "events[2].node: h1 is a host, not a switch",
+        ),
+        (
+            {"at": 1.0, "action": "switch-up", "node": "spine7"},
+            "events[2].node: no switch named spine7",
+        ),
+        (
+            {"at": 1.0, "action": "switch-down", "link": ["spine1", "leaf2"]},
+            "events[2].link: unknown key",
+        ),
+        (
+            {"at": 1.0, "action": "plane-down", "plane": 2},
+            "events[2].plane: no plane 2 (topology.planes 1)",
+        ),
+        (
+            {"at": 1.0, "action": "plane-down", "plane": 0},
+            "events[2].plane: input should be greater than or equal to 1, got 0",
+        ),
+        (
+            {"at": 1.0, "action": "heal", "link": ["h1", "h2"]},
+            "events[2].link: h1 and h2 are not adjacent",
+        ),
+        (
+            {"at": 1.0, "action": "heal", "link": ["leaf1", "leaf1"]},
+            "events[2].link: both ends are leaf1",
+        ),
+        (
+            {"at": 1.0, "action": "heal", "link": ["leaf1", "h1"], "direction": ["h1", "h1"]},
+            "events[2].direction: [h1, h1] is not a direction of link [leaf1, h1]",
+        ),
+    ],
+)
+def test_event_errors(event, message):
+    data = copy.deepcopy(BASE)
+    data["events"].append(event)
+    assert error_of(data) == message
+
+
+@pytest.mark.parametrize(
+    "workload,message",
+    [
+        (
+            {"kind": "incast", "dst": "h1", "srcs": ["h2", "h9"], "bytes": "1MB"},
+            "workload.srcs[1]: no host named h9",
+        ),
+        (
+            {"kind": "incast", "dst": "h1", "srcs": ["h2", "h1"], "bytes": "1MB"},
+            "workload.srcs: contains the destination h1",
+        ),
+        (
+            {"kind": "incast", "dst": "h1", "srcs": ["h2", "h2"], "bytes": "1MB"},
+            "workload.srcs[1]: h2 is listed twice",
+        ),
+        (
+            {"kind": "allreduce", "hosts": ["h1"], "bytes": "1MB", "steps": 3},
+            "workload.hosts: needs at least 2 hosts, got 1",
+        ),
+        (
+            {"kind": "allreduce", "hosts": "all", "bytes": "1MB", "steps": 0},
+            "workload.steps: input should be greater than or equal to 1, got 0",
+        ),
+        ({"kind": "allreduce", "bytes": "1MB"}, "workload.steps: required"),
+        ({"kind": "alltoall", "bytes": "1MB", "dst": "h1"}, "workload.dst: unknown key"),
+        ({"kind": "permutation"}, "workload.bytes: required"),
+    ],
+)
+def test_workload_errors(workload, message):
+    data = variant(workload=workload)
+    assert error_of(data) == message
+
+
+def test_every_action_and_workload_is_accepted():
+    events = [
+        {"at": 0.5, "action": "link-down", "link": ["spine1p2", "leaf2p2"]},
+        {"at": 0.6, "action": "link-up", "link": ["spine1p2", "leaf2p2"]},
+        {
+            "at": 0.7,
+            "action": "blackhole",
+            "link": ["h1", "leaf1p1"],
+            "direction": ["h1", "leaf1p1"],
+        },
+        {"at": 0.8, "action": "loss", "link": ["leaf1p1", "spine1p1"], "percent": 1.5},
+        {"at": 0.9, "action": "degrade", "link": ["leaf1p1", "spine1p1"], "mbps": 10},
+        {
+            "at": 1.0,
+            "action": "flap",
+            "link": ["leaf1p1", "spine1p1"],
+            "period_ms": 200,
+            "count": 5,
+        },
+        {"at": 2.0, "action": "heal", "link": ["leaf1p1", "spine1p1"]},
+        {"at": 2.1, "action": "switch-down", "node": "spine2p1"},
+        {"at": 2.2, "action": "switch-up", "node": "spine2p1"},
+        {"at": 2.3, "action": "plane-down", "plane": 2},
+        {"at": 2.4, "action": "plane-up", "plane": 2},
+    ]
+    data = variant(**{"topology.planes": 2, "events": events, "expect.max_failover_ms": 100})
+    sc = validate(data)
+    assert {e.action for e in sc.events} == FAILURE_ACTIONS | RECOVERY_ACTIONS
+    for w in [
+        {"kind": "permutation", "bytes": "1MB"},
+        {"kind": "incast", "dst": "h4", "srcs": "all", "bytes": "1MB"},
+        {"kind": "alltoall", "bytes": "64KiB"},
+        {"kind": "allreduce", "hosts": ["h1", "h2", "h4"], "bytes": "1MiB", "steps": 10},
+    ]:
+        assert validate(variant(workload=w)).workload.kind == w["kind"]
+
+
+def test_plane_suffix_hint():
+    data = variant(**{"topology.planes": 2})
+    assert error_of(data) == (
+        "events[0].link: no node named spine1 "
+        "(with 2 planes switch names end in p1..p2, e.g. spine1p1)"
+    )
+
+
+def test_transport_list_for_compare():
+    sc = validate(variant(transport=["mrc", "single-path", "spray-no-failover", "tcp", "mptcp"]))
+    assert sc.transports == ["mrc", "single-path", "spray-no-failover", "tcp", "mptcp"]
+
+
+def test_plan_kwargs_match_the_failure_controls():
+    data = copy.deepcopy(BASE)
+    data["events"].append(
+        {
+            "at": 1.0,
+            "action": "loss",
+            "link": ["leaf1", "spine1"],
+            "direction": ["spine1", "leaf1"],
+            "percent": 2,
+        }
+    )
+    sc = validate(data)
+    assert sc.events[2].plan_kwargs() == {
+        "action": "loss",
+        "link": ("leaf1", "spine1"),
+        "direction": ("spine1", "leaf1"),
+        "percent": 2.0,
+    }
+    assert sc.events[2].describe() == "loss 2% spine1->leaf1"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_load_names_the_file_and_key(tmp_path):
+    data = variant(**{"workload.dst": "h99"})
+    path = write(tmp_path, yaml.safe_dump(data))
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    assert str(info.value) == f"{path}: workload.dst: no host named h99"
+    assert info.value.path == "workload.dst"
+
+
+def test_load_rejects_duplicate_keys(tmp_path):
+    path = write(tmp_path, "name: a\nname: b\n")
+    with pytest.raises(ScenarioError, match=r"line 2: duplicate key 'name'"):
+        load_scenario(path)
+
+
+def test_load_reports_yaml_syntax_with_line(tmp_path):
+    path = write(tmp_path, "name: a\ntopology: {spines: 2\n")
+    with pytest.raises(ScenarioError, match=r"s\.yaml: line \d+: "):
+        load_scenario(path)
+
+
+def test_load_missing_file(tmp_path):
+    with pytest.raises(ScenarioError, match="cannot read"):
+        load_scenario(tmp_path / "nope.yaml")
+
+
+def test_not_a_mapping():
+    with pytest.raises(ScenarioError, match="must be a mapping"):
+        validate(["name"])
+
+
+def test_validation_is_fast_and_creates_nothing(tmp_path, monkeypatch):
+    """Under a second, no subprocess, no file: nothing is built before the scenario is valid."""
+
+    def no_processes(*args, **kwargs):
+        raise AssertionError(f"validation started a process: {args}")
+
+    monkeypatch.setattr(subprocess, "Popen", no_processes)
+    monkeypatch.setattr(os, "system", no_processes)
+    monkeypatch.chdir(tmp_path)
+    bad = [
+        variant(**{"topology.spinse": 2}),
+        variant(**{"events.0.link": ["spine1", "spine2"]}),
+        variant(**{"events.0.at": 9.0}),
+        variant(**{"workload.dst": "h99"}),
+    ]
+    for data in bad:
+        path = write(tmp_path, yaml.safe_dump(data))
+        start = time.perf_counter()
+        with pytest.raises(ScenarioError):
+            load_scenario(path)
+        assert time.perf_counter() - start < 1.0
+        path.unlink()
+    # A big fabric is still fast to check.
+    big = variant(
+        **{
+            "topology.spines": 16,
+            "topology.leaves": 32,
+            "topology.hosts_per_leaf": 16,
+            "topology.planes": 4,
+            "events": [],
+        }
+    )
+    start = time.perf_counter()
+    validate(big)
+    assert time.perf_counter() - start < 1.0
+    assert list(tmp_path.iterdir()) == []
