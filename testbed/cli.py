@@ -320,6 +320,13 @@ def cmd_clean(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_list(args: argparse.Namespace) -> int:
+    from testbed.scenarios_catalog import format_catalog, list_scenarios
+
+    print(format_catalog(list_scenarios()))
+    return 0
+
+
 def cmd_cli(args: argparse.Namespace) -> int:
     from testbed.interactive import FabricCli
 
@@ -419,6 +426,9 @@ def build_parser() -> argparse.ArgumentParser:
         func=cmd_down
     )
     sub.add_parser("clean", help="remove leftovers of this tool only").set_defaults(func=cmd_clean)
+    sub.add_parser("list", help="shipped scenarios with one-line descriptions").set_defaults(
+        func=cmd_list
+    )
 
     be = sub.add_parser("bench", help="benchmarks with same-run baselines")
     be.add_argument("what", choices=["switch", "endpoint", "fabric", "failover"])
