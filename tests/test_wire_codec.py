@@ -85,16 +85,26 @@ data_fields = st.fixed_dictionaries(
 @settings(max_examples=150, deadline=None)
 @given(bth_fields, data_fields, st.binary(max_size=300), st.booleans())
 def test_data_codec_equals_scapy(b: dict, d: dict, payload: bytes, explicit: bool) -> None:
-    # explicit=False exercises the layer's auto-filled payload_len/pkt_crc.
-    crc = zlib.crc32(payload) if explicit else None
+    # explicit=False exercises the auto-filled payload_len and packet CRC on both sides.
+    crc = d["msg_crc"] ^ 0x5A5A5A5A if explicit else None
     plen = len(payload) if explicit else None
     layer = scapy_bth(0x0A, b) / MRCData(payload_len=plen, pkt_crc=crc, **d) / Raw(payload)
     ref = bytes(layer)
-    assert codec.encode_data(payload=payload, **b, **d) == ref
+    assert codec.encode_data(payload=payload, pkt_crc=crc, **b, **d) == ref
     pkt = codec.decode(ref)
     assert isinstance(pkt, codec.DataPacket)
-    assert_fields(pkt, {**b, **d, "payload_len": len(payload), "pkt_crc": zlib.crc32(payload)})
+    assert_fields(pkt, {**b, **d, "payload_len": len(payload)})
     assert bytes(pkt.payload) == payload and not pkt.trimmed
+    if explicit:
+        assert pkt.pkt_crc == crc
+    else:
+        assert pkt.pkt_crc == zlib.crc32(ref[:48] + bytes(4) + ref[52:])
+        assert codec.crc_ok(ref, pkt.pkt_crc)
+        # A flipped bit anywhere outside the CRC field itself (BTH, extension, payload) is caught.
+        for at in [10, 30, *([len(ref) - 1] if payload else [])]:
+            flipped = bytearray(ref)
+            flipped[at] ^= 0x10
+            assert not codec.crc_ok(flipped, pkt.pkt_crc)
     # The scapy stack dissects what the codec built (bind_layers selects MRCData by opcode).
     again = BTH(codec.encode_data(payload=payload, **b, **d))
     assert again[MRCData].msg_id == d["msg_id"] and bytes(again[MRCData].payload) == payload

@@ -1,0 +1,91 @@
+"""Transport parameters: one frozen object, validated once, shared by every half of a QP.
+
+Times are seconds of whatever clock drives the transport (wall clock in the endpoint process,
+the virtual clock in ``endpoint.simnet``). Defaults are scaled to the emulated fabric (100 Mbps
+links, tens of microseconds of propagation, a Python switch adding ~10-100 µs per hop), not to
+hardware; docs/transport.md explains each one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from endpoint.psn import MAX_WINDOW
+
+
+class Mode(str, Enum):
+    """Which recovery/path policy a connection runs (side-by-side baselines share the code)."""
+
+    MRC = "mrc"  # spray, SACK, NACK-on-trim, retire EV on loss, probe, re-admit
+    SINGLE_PATH = "single-path"  # one fixed EV, go-back-N, long RC-style timeout
+    SPRAY_NO_FAILOVER = "spray-no-failover"  # spray + SACK/NACK, but never retire an EV
+
+
+@dataclass(frozen=True)
+class TransportConfig:
+    mode: Mode = Mode.MRC
+    num_evs: int = 64  # EVs per connection, 1..256
+    ev_base: int = 49152  # EV i is UDP source port ev_base + i
+    planes: int = 1  # EV i uses plane i % planes
+    single_path_ev_index: int = 0  # which of the EVs single-path mode uses
+    max_payload: int = 1400  # bytes of message per packet (1494 B frames)
+    window_psns: int = 4096  # receiver PSN window == most PSNs a sender has outstanding
+
+    # Congestion control (endpoint.cc).
+    init_cwnd: int = 32 * 1400
+    min_cwnd: int = 128  # below one packet the sender paces (endpoint.sender)
+    max_cwnd: int = 4 * 1024 * 1024
+    target_qdelay: float = 200e-6  # queueing delay NSCC aims for
+    md_gain: float = 0.8  # multiplicative decrease per (qdelay - target)/qdelay, ECN + delay
+    md_max: float = 0.5  # largest single decrease
+    trim_md: float = 1.0  # window decrease per trimmed packet, in units of that packet
+    pi_gain: float = 0.5  # proportional increase (no ECN, below target): of acked bytes
+    ai_bytes: int = 1400  # additive increase per RTT (no ECN, above target)
+
+    # RTT / timers.
+    rto_initial: float = 20e-3
+    rto_min: float = 15e-3  # above a full 64 KB queue at 100 Mbps (5.2 ms), with margin
+    rto_max: float = 0.5
+    reorder_min: float = 200e-6  # RACK-style reorder allowance floor
+    reorder_rtt_frac: float = 0.25  # ... or this fraction of the smoothed RTT, if larger
+    single_path_rto: float = 0.25  # RC-style timeout (NCCL's 4.3 s, scaled to the emulation)
+
+    # EV health (endpoint.ev).
+    ecn_weight_factor: float = 0.5  # an ECN-marked or trimmed EV's weight is multiplied by this
+    weight_min: float = 0.125
+    weight_recover: float = 0.05  # added to an EV's weight per clean ACK
+    probe_interval: float = 1e-3  # first probe this long after a retirement
+    probe_interval_max: float = 16e-3  # probes back off (x2) up to this while unanswered
+
+    # Receiver.
+    ack_every: int = 1  # ACK coalescing (1 = every packet; out-of-order/CE/dup ACK at once)
+    ack_delay: float = 50e-6  # a coalesced ACK waits at most this long
+    max_message_bytes: int = 256 * 1024 * 1024
+    max_reassembly_bytes: int = 1024 * 1024 * 1024  # bytes reserved by partial messages
+    rtt_samples_kept: int = 4096
+
+    def __post_init__(self) -> None:
+        mode = Mode(self.mode)
+        object.__setattr__(self, "mode", mode)
+        if not 1 <= self.num_evs <= 256:
+            raise ValueError(f"num_evs must be 1..256, got {self.num_evs}")
+        if not 1 <= self.planes <= self.num_evs:
+            raise ValueError(f"planes must be 1..num_evs, got {self.planes}")
+        if not (0 < self.ev_base and self.ev_base + self.num_evs <= 65536):
+            raise ValueError("EVs must be valid UDP source ports")
+        if not 0 <= self.single_path_ev_index < self.num_evs:
+            raise ValueError("single_path_ev_index out of range")
+        if not 1 <= self.max_payload <= 9000:
+            raise ValueError("max_payload must be 1..9000")
+        if not 1 <= self.window_psns <= MAX_WINDOW:
+            raise ValueError(f"window_psns must be 1..{MAX_WINDOW}")
+        if not 0 < self.min_cwnd <= self.init_cwnd <= self.max_cwnd:
+            raise ValueError("need 0 < min_cwnd <= init_cwnd <= max_cwnd")
+        if self.ack_every < 1:
+            raise ValueError("ack_every must be >= 1")
+        if not 0 < self.weight_min <= 1:
+            raise ValueError("weight_min must be in (0, 1]")
+
+    def ev_values(self) -> list[int]:
+        return [self.ev_base + i for i in range(self.num_evs)]

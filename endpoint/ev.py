@@ -1,0 +1,173 @@
+"""Per-EV path state for one connection: which entropy values to spray over, and how much.
+
+An EV is a UDP source port; the fabric's ECMP hash (or a source route) turns it into a path.
+The sender never learns the path itself, only what happens to packets sent on the EV:
+
+* ECN marks and trims mean *congestion*: the EV's weight drops (state CONGESTED) and recovers
+  with clean ACKs; it is never retired for it.
+* A loss (or data RTO) means *failure*: the EV is retired at once (FAILED), receives no data,
+  and is probed on a timer with exponential back-off; an answered probe re-admits it.
+
+Selection is weighted round-robin with credits, so a CONGESTED EV of weight w carries about
+w times the packets of a GOOD one, and consecutive packets land on different EVs (and, as EV i
+is on plane i % planes, on different planes).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from endpoint.config import TransportConfig
+
+
+class EVState(str, Enum):
+    GOOD = "good"
+    CONGESTED = "congested"
+    FAILED = "failed"
+
+
+class EVPath:
+    """What one connection knows about one EV."""
+
+    __slots__ = (
+        "ev",
+        "plane",
+        "state",
+        "weight",
+        "credit",
+        "failed_at",
+        "next_probe_at",
+        "probe_backoff",
+        "probe_min_seq",
+        "retirements",
+        "packets_sent",
+    )
+
+    def __init__(self, ev: int, plane: int) -> None:
+        self.ev = ev
+        self.plane = plane
+        self.state = EVState.GOOD
+        self.weight = 1.0
+        self.credit = 0.0
+        self.failed_at = 0.0
+        self.next_probe_at = float("inf")
+        self.probe_backoff = 1.0
+        self.probe_min_seq = 0
+        self.retirements = 0
+        self.packets_sent = 0
+
+
+class EVSet:
+    """The EVs of one connection and the policy that picks among them."""
+
+    def __init__(self, cfg: TransportConfig, on_change=None) -> None:
+        self.cfg = cfg
+        self.paths = [EVPath(ev, i % cfg.planes) for i, ev in enumerate(cfg.ev_values())]
+        self.by_ev = {p.ev: p for p in self.paths}
+        self._next = 0
+        self._next_failed = 0
+        self._on_change = on_change  # callback(now, ev, old_state, new_state) for stats
+        self.fallback_picks = 0  # picks made from FAILED EVs because no other was left
+
+    # -- selection ---------------------------------------------------------------------------
+
+    def pick(self, exclude: int | None = None) -> EVPath:
+        """Next EV to send on, skipping FAILED ones and (if possible) ``exclude``."""
+        paths = self.paths
+        n = len(paths)
+        best: EVPath | None = None
+        for _ in range(n):
+            p = paths[self._next]
+            self._next = (self._next + 1) % n
+            if p.state is EVState.FAILED or (p.ev == exclude and n > 1):
+                continue
+            p.credit += p.weight
+            if p.credit >= 1.0:
+                p.credit -= 1.0
+                return p
+            if best is None or p.credit > best.credit:
+                best = p
+        if best is not None:  # every candidate is congested: the one owed most goes
+            best.credit = max(0.0, best.credit - 1.0)
+            return best
+        # Nothing healthy (all FAILED, or the only one excluded): keep data moving on the
+        # failed EVs in turn rather than stall; probes still decide when they come back.
+        self.fallback_picks += 1
+        candidates = [p for p in paths if p.ev != exclude] or paths
+        p = candidates[self._next_failed % len(candidates)]
+        self._next_failed += 1
+        return p
+
+    def healthy_count(self) -> int:
+        return sum(1 for p in self.paths if p.state is not EVState.FAILED)
+
+    # -- feedback ----------------------------------------------------------------------------
+
+    def on_congestion(self, ev: int, now: float) -> None:
+        p = self.by_ev.get(ev)
+        if p is None or p.state is EVState.FAILED:
+            return
+        p.weight = max(self.cfg.weight_min, p.weight * self.cfg.ecn_weight_factor)
+        self._set(p, EVState.CONGESTED, now)
+
+    def on_clean_ack(self, ev: int, now: float) -> None:
+        p = self.by_ev.get(ev)
+        if p is None or p.state is not EVState.CONGESTED:
+            return
+        p.weight = min(1.0, p.weight + self.cfg.weight_recover)
+        if p.weight >= 1.0:
+            self._set(p, EVState.GOOD, now)
+
+    def retire(self, ev: int, now: float, next_probe_seq: int) -> bool:
+        """Mark ``ev`` FAILED and schedule its first probe. False if it already was."""
+        p = self.by_ev.get(ev)
+        if p is None or p.state is EVState.FAILED:
+            return False
+        p.failed_at = now
+        p.retirements += 1
+        p.probe_backoff = 1.0
+        p.probe_min_seq = next_probe_seq
+        p.next_probe_at = now + self.cfg.probe_interval
+        self._set(p, EVState.FAILED, now)
+        return True
+
+    def readmit(self, ev: int, probe_seq: int, now: float) -> bool:
+        """A PROBE-ACK arrived: re-admit ``ev`` if it answers a probe sent since it failed."""
+        p = self.by_ev.get(ev)
+        if p is None or p.state is not EVState.FAILED or probe_seq < p.probe_min_seq:
+            return False
+        p.weight = 1.0
+        p.credit = 0.0
+        p.next_probe_at = float("inf")
+        self._set(p, EVState.GOOD, now)
+        return True
+
+    # -- probing -----------------------------------------------------------------------------
+
+    def due_probes(self, now: float) -> list[EVPath]:
+        """FAILED EVs whose probe timer expired; their next probe is scheduled (backed off)."""
+        due = []
+        for p in self.paths:
+            if p.state is EVState.FAILED and p.next_probe_at <= now:
+                p.probe_backoff = min(p.probe_backoff * 2, 1 << 20)
+                interval = min(
+                    self.cfg.probe_interval_max, self.cfg.probe_interval * p.probe_backoff
+                )
+                p.next_probe_at = now + interval
+                due.append(p)
+        return due
+
+    def next_probe_time(self) -> float | None:
+        t = min((p.next_probe_at for p in self.paths if p.state is EVState.FAILED), default=None)
+        return t
+
+    def states(self) -> dict[int, str]:
+        return {p.ev: p.state.value for p in self.paths}
+
+    def _set(self, p: EVPath, state: EVState, now: float) -> None:
+        if p.state is state:
+            return
+        old = p.state
+        p.state = state
+        if self._on_change is not None:
+            self._on_change(now, p.ev, old, state)

@@ -1,0 +1,253 @@
+"""Receiver half of a QP: PSN window, validation, placement, exactly-once delivery, ACK/NACK.
+
+Every check that can reject a packet runs before its PSN is marked received, so a malformed or
+lying packet never consumes a PSN that the genuine packet then could not use.
+Order of checks for a data packet: header version; PSN (duplicate -> re-ACK, beyond window ->
+drop + NACK out-of-window); trimmed (DSCP 11 or short payload -> NACK trimmed in spraying modes,
+drop in single-path as RoCE would on a bad ICRC); packet CRC; lengths; message consistency;
+overlap. Only then: mark PSN, place bytes, ACK, and on completion verify the message crc32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from endpoint import codec
+from endpoint.codec import DataPacket, ProbePacket
+from endpoint.config import Mode, TransportConfig
+from endpoint.psn import PSN_MASK, psn_add, psn_diff
+from endpoint.reassembly import Reassembly
+from endpoint.stats import ConnectionStats
+from endpoint.wire import (
+    DSCP_TRIMMED,
+    ECN_CE,
+    NACK_OUT_OF_WINDOW,
+    NACK_SEQUENCE,
+    NACK_TRIMMED,
+    SACK_FLAG_DUP,
+    TOS_CONTROL,
+)
+
+SACK_BITS = 64
+_SACK_MASK = (1 << SACK_BITS) - 1
+_U32 = 0xFFFFFFFF
+
+
+@dataclass(slots=True)
+class Delivery:
+    """A message placed completely and verified, handed to the application exactly once."""
+
+    qp: int
+    msg_id: int
+    data: bytes
+    at: float
+
+
+class Receiver:
+    """Receives data and probes for one local QP and emits ACK/NACK/PROBE-ACK payloads."""
+
+    def __init__(
+        self,
+        cfg: TransportConfig,
+        local_qp: int,
+        remote_qp: int,
+        start_psn: int,
+        stats: ConnectionStats,
+        first_msg_id: int = 0,
+    ) -> None:
+        self.cfg = cfg
+        self.local_qp = local_qp
+        self.remote_qp = remote_qp
+        self.rcv_nxt = start_psn & PSN_MASK
+        # Bit j set: PSN rcv_nxt + j has arrived (bit 0 is never set: rcv_nxt is the hole).
+        self._bits = 0
+        self.stats = stats
+        self.go_back_n = cfg.mode is Mode.SINGLE_PATH
+        self._reasm: dict[int, Reassembly] = {}
+        self._reserved = 0
+        self._done_below = first_msg_id & _U32  # every message id before this was delivered
+        self._done: set[int] = set()  # delivered ids at or above _done_below
+        self._nak_sent_for: int | None = None  # go-back-N: one NAK per gap, like RC
+        self.msn = 0
+        self.deliveries: list[Delivery] = []
+        # Pending coalesced ACK: (ev, psn, ts) of the latest packet, CE count, deadline.
+        self._pending: tuple[int, int, int] | None = None
+        self._pending_count = 0
+        self._pending_ce = 0
+        self.ack_deadline: float | None = None
+        # Replies are sprayed over this side's EVs (single-path: they follow the data's EV), so
+        # a dead reverse path costs a fraction of the ACKs, each covered by the next one's
+        # cumulative PSN and SACK block, instead of every ACK of one forward EV.
+        self._reply_evs = cfg.ev_values()
+        self._reply_next = 0
+
+    def _reply_ev(self, data_ev: int) -> int:
+        if self.go_back_n:
+            return data_ev
+        evs = self._reply_evs
+        ev = evs[self._reply_next]
+        self._reply_next = (self._reply_next + 1) % len(evs)
+        return ev
+
+    # -- data --------------------------------------------------------------------------------
+
+    def on_data(self, raw: bytes, pkt: DataPacket, tos: int, now: float, out: list) -> None:
+        """``out`` collects (ev, udp_payload, tos) control packets to send back."""
+        st = self.stats
+        drops = st.drops
+        if pkt.tver != 0:
+            drops["bad_version"] += 1
+            return
+        psn = pkt.psn
+        d = psn_diff(psn, self.rcv_nxt)
+        ce = (tos & 3) == ECN_CE
+        if d < 0 or (d > 0 and (self._bits >> d) & 1):
+            st.counters["dup_data"] += 1
+            self._ack_now(pkt.ev, psn, pkt.send_ts, ce, out, dup=True)
+            return
+        if d >= self.cfg.window_psns:
+            drops["out_of_window"] += 1
+            if not self.go_back_n:
+                nack = self._nack(psn, pkt.ev, NACK_OUT_OF_WINDOW, pkt.send_ts)
+                out.append((self._reply_ev(pkt.ev), nack, TOS_CONTROL))
+            return
+        if (tos >> 2) == DSCP_TRIMMED or pkt.trimmed:
+            st.counters["trimmed_rx"] += 1
+            if self.go_back_n:
+                drops["trimmed"] += 1  # RoCE RC: a cut packet fails its ICRC and is dropped
+                self._maybe_gbn_nak(pkt, d, out)
+            else:
+                st.counters["nack_tx"] += 1
+                nack = self._nack(psn, pkt.ev, NACK_TRIMMED, pkt.send_ts)
+                out.append((self._reply_ev(pkt.ev), nack, TOS_CONTROL))
+            return
+        if not codec.crc_ok(raw, pkt.pkt_crc):
+            drops["bad_crc"] += 1
+            return
+        if self.go_back_n and d != 0:
+            drops["out_of_order"] += 1
+            self._maybe_gbn_nak(pkt, d, out)
+            return
+        msg_id, msg_len, offset, plen = pkt.msg_id, pkt.msg_len, pkt.offset, pkt.payload_len
+        if msg_len > self.cfg.max_message_bytes:
+            drops["message_too_big"] += 1
+            return
+        if ((msg_id - self._done_below) & _U32) >= 1 << 31 or msg_id in self._done:
+            drops["stale_message"] += 1  # a new PSN for a delivered message: forged or corrupt
+            return
+        r = self._reasm.get(msg_id)
+        if r is None:
+            if offset + plen > msg_len:
+                drops["bad_length"] += 1
+                return
+            if self._reserved + msg_len > self.cfg.max_reassembly_bytes:
+                drops["no_buffer"] += 1
+                return
+            r = Reassembly(msg_len, pkt.msg_crc)
+        elif r.msg_len != msg_len or r.msg_crc != pkt.msg_crc:
+            drops["inconsistent_message"] += 1
+            return
+        if not r.fits(offset, plen):
+            drops["bad_length" if offset + plen > msg_len else "overlap"] += 1
+            return
+        # Accepted: consume the PSN, place, acknowledge.
+        if msg_id not in self._reasm:
+            self._reasm[msg_id] = r
+            self._reserved += msg_len
+        self._mark(d)
+        r.place(offset, pkt.payload)
+        st.counters["data_rx"] += 1
+        st.counters["bytes_placed"] += plen
+        if r.complete:
+            self._complete(msg_id, r, now)
+        self._ack(pkt.ev, psn, pkt.send_ts, ce, d, out, now)
+
+    def _mark(self, d: int) -> None:
+        self._bits |= 1 << d
+        if d == 0:
+            bits = self._bits
+            run = (~bits & (bits + 1)).bit_length() - 1  # trailing ones
+            self._bits = bits >> run
+            self.rcv_nxt = psn_add(self.rcv_nxt, run)
+            self._nak_sent_for = None
+
+    def _complete(self, msg_id: int, r: Reassembly, now: float) -> None:
+        del self._reasm[msg_id]
+        self._reserved -= r.msg_len
+        self._done.add(msg_id)
+        while self._done_below in self._done:
+            self._done.remove(self._done_below)
+            self._done_below = (self._done_below + 1) & _U32
+        if not r.verify():
+            self.stats.drops["message_crc"] += 1  # never delivered; see docs/transport.md
+            return
+        self.msn = (self.msn + 1) & PSN_MASK
+        self.stats.counters["messages_delivered"] += 1
+        self.stats.counters["bytes_delivered"] += r.msg_len
+        self.deliveries.append(Delivery(self.local_qp, msg_id, bytes(r.buf), now))
+
+    def _maybe_gbn_nak(self, pkt: DataPacket, d: int, out: list) -> None:
+        if d > 0 and self._nak_sent_for != self.rcv_nxt:
+            self._nak_sent_for = self.rcv_nxt
+            self.stats.counters["nack_tx"] += 1
+            out.append(
+                (pkt.ev, self._nack(self.rcv_nxt, pkt.ev, NACK_SEQUENCE, pkt.send_ts), TOS_CONTROL)
+            )
+
+    # -- ACKs --------------------------------------------------------------------------------
+
+    def _ack(self, ev: int, psn: int, ts: int, ce: bool, d: int, out: list, now: float) -> None:
+        if self.cfg.ack_every == 1 or ce or d != 0:
+            self._ack_now(ev, psn, ts, ce, out)
+            return
+        self._pending = (ev, psn, ts)
+        self._pending_count += 1
+        if self._pending_count >= self.cfg.ack_every:
+            self.flush_ack(out)
+        elif self.ack_deadline is None:
+            self.ack_deadline = now + self.cfg.ack_delay
+
+    def flush_ack(self, out: list) -> None:
+        if self._pending is None:
+            return
+        ev, psn, ts = self._pending
+        self._ack_now(ev, psn, ts, False, out)
+
+    def _ack_now(self, ev: int, psn: int, ts: int, ce: bool, out: list, dup: bool = False) -> None:
+        ce_count = min(255, self._pending_ce + (1 if ce else 0))
+        self._pending = None
+        self._pending_count = 0
+        self._pending_ce = 0
+        self.ack_deadline = None
+        d = psn_diff(psn, self.rcv_nxt)
+        # The 64-PSN block holding the triggering PSN (first block if it is behind rcv_nxt).
+        block = (d - 1) // SACK_BITS if d > 0 else 0
+        rel = 1 + block * SACK_BITS
+        bitmap = (self._bits >> rel) & _SACK_MASK
+        self.stats.counters["ack_tx"] += 1
+        payload = codec.encode_ack(
+            self.remote_qp,
+            psn,
+            self.rcv_nxt,
+            psn_add(self.rcv_nxt, rel),
+            bitmap,
+            ev,
+            ce_count,
+            ts,
+            SACK_FLAG_DUP if dup else 0,
+            self.msn,
+        )
+        out.append((self._reply_ev(ev), payload, TOS_CONTROL))
+
+    def _nack(self, psn: int, ev: int, reason: int, ts: int) -> bytes:
+        return codec.encode_nack(self.remote_qp, psn, self.rcv_nxt, ev, reason, ts, self.msn)
+
+    # -- probes ------------------------------------------------------------------------------
+
+    def on_probe(self, pkt: ProbePacket, out: list) -> None:
+        if pkt.tver != 0:
+            self.stats.drops["bad_version"] += 1
+            return
+        self.stats.counters["probe_rx"] += 1
+        reply = codec.encode_probe_ack(self.remote_qp, pkt.ev, pkt.probe_seq, pkt.send_ts)
+        out.append((self._reply_ev(pkt.ev), reply, TOS_CONTROL))

@@ -1,0 +1,134 @@
+"""Unit properties of the pieces: placement, EV policy, congestion window, RTT."""
+
+from __future__ import annotations
+
+import random
+import zlib
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from endpoint.cc import WindowCC
+from endpoint.config import TransportConfig
+from endpoint.ev import EVSet, EVState
+from endpoint.reassembly import Reassembly
+from endpoint.rtt import RttEstimator
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(min_size=0, max_size=5000), st.integers(1, 700), st.randoms(use_true_random=False))
+def test_reassembly_places_any_order_and_refuses_overlap(
+    msg: bytes, chunk: int, rnd: random.Random
+) -> None:
+    pieces = [(o, msg[o : o + chunk]) for o in range(0, len(msg), chunk)] or [(0, b"")]
+    rnd.shuffle(pieces)
+    r = Reassembly(len(msg), zlib.crc32(msg))
+    for i, (off, data) in enumerate(pieces):
+        assert r.fits(off, len(data))
+        r.place(off, data)
+        assert r.complete == (i == len(pieces) - 1)
+        # Every range already placed, and any range straddling one, is refused from now on.
+        if data:
+            assert not r.fits(off, len(data))
+            assert not r.fits(max(0, off - 1), 2)
+    assert bytes(r.buf) == msg and r.verify()
+    assert not r.fits(len(msg), 1)  # beyond the end
+
+
+def test_reassembly_detects_a_wrong_message_crc() -> None:
+    r = Reassembly(3, zlib.crc32(b"abc"))
+    r.place(0, b"abd")
+    assert r.complete and not r.verify()
+
+
+def test_ev_pick_sprays_over_all_healthy_evs_and_never_a_failed_one() -> None:
+    cfg = TransportConfig(num_evs=16, planes=4)
+    evs = EVSet(cfg)
+    for p in evs.paths[:5]:
+        evs.retire(p.ev, 0.0, 0)
+    picks = [evs.pick().ev for _ in range(110)]
+    healthy = {p.ev for p in evs.paths[5:]}
+    assert set(picks) == healthy  # all healthy EVs used, no failed one
+    assert all(a != b for a, b in zip(picks, picks[1:], strict=False))  # consecutive differ
+    # Planes alternate: EV i is on plane i % 4.
+    assert {evs.by_ev[e].plane for e in picks[:4]} == {0, 1, 2, 3}
+    assert evs.pick(exclude=picks[-1]).ev != picks[-1]
+
+
+def test_congested_ev_carries_less_and_recovers() -> None:
+    cfg = TransportConfig(num_evs=4)
+    evs = EVSet(cfg)
+    hot = evs.paths[0].ev
+    for _ in range(3):
+        evs.on_congestion(hot, 0.0)
+    assert evs.by_ev[hot].state is EVState.CONGESTED
+    picks = [evs.pick().ev for _ in range(400)]
+    assert picks.count(hot) < 0.5 * picks.count(evs.paths[1].ev)
+    for _ in range(100):
+        evs.on_clean_ack(hot, 0.0)
+    assert evs.by_ev[hot].state is EVState.GOOD
+
+
+def test_failed_ev_probes_back_off_and_only_a_fresh_probe_readmits() -> None:
+    cfg = TransportConfig(num_evs=4, probe_interval=1e-3, probe_interval_max=4e-3)
+    evs = EVSet(cfg)
+    ev = evs.paths[2].ev
+    assert evs.retire(ev, 0.0, next_probe_seq=10)
+    assert not evs.retire(ev, 0.0, next_probe_seq=10)  # already failed
+    assert evs.due_probes(0.0009) == []
+    sent = []
+    t = 0.0
+    while t < 0.02:
+        t = evs.next_probe_time()
+        sent.append(t)
+        assert [p.ev for p in evs.due_probes(t)] == [ev]
+    gaps = [b - a for a, b in zip(sent, sent[1:], strict=False)]
+    assert gaps[0] < gaps[1] and max(gaps) <= 4e-3 + 1e-12
+    assert not evs.readmit(ev, 9, t)  # answers a probe from before the failure
+    assert evs.readmit(ev, 10, t)
+    assert evs.by_ev[ev].state is EVState.GOOD
+
+
+def test_all_evs_failed_still_picks_something() -> None:
+    evs = EVSet(TransportConfig(num_evs=3))
+    for p in evs.paths:
+        evs.retire(p.ev, 0.0, 0)
+    assert {evs.pick().ev for _ in range(6)} == {p.ev for p in evs.paths}
+    assert evs.fallback_picks == 6
+
+
+def test_cc_four_quadrants_and_trims() -> None:
+    cfg = TransportConfig(target_qdelay=100e-6)
+    base = 50e-6
+
+    def after(rtt: float, ce: bool) -> float:
+        cc = WindowCC(cfg)
+        w = cc.cwnd
+        cc.on_ack(1400, rtt, base, 1e-3, ce, now=1.0)
+        return cc.cwnd - w
+
+    assert after(base + 10e-6, ce=False) > after(base + 300e-6, ce=False) > 0  # PI > AI
+    assert after(base + 10e-6, ce=True) == 0  # ECN, short queue: the EV's problem, not the window's
+    assert after(base + 300e-6, ce=True) < 0  # ECN and long queue: multiplicative decrease
+    cc = WindowCC(cfg)
+    cc.on_ack(1400, base + 300e-6, base, 1e-3, True, now=1.0)
+    w = cc.cwnd
+    cc.on_ack(1400, base + 300e-6, base, 1e-3, True, now=1.0005)
+    assert cc.cwnd == w  # at most one decrease per RTT
+    cc.on_trim(1400)
+    assert cc.cwnd == w - cfg.trim_md * 1400  # trims cost per packet
+    for _ in range(10_000):
+        cc.on_trim(1400)
+    assert cc.cwnd == cfg.min_cwnd
+
+
+def test_rtt_estimator_and_rto_clamp() -> None:
+    r = RttEstimator(rto_initial=0.02, rto_min=0.01, rto_max=0.1)
+    assert r.rto() == 0.02 and r.pacing_rtt(0.5) == 0.5
+    r.observe_base(40e-6)
+    assert r.min_rtt == 40e-6 and r.srtt is None and r.pacing_rtt(0.5) == 40e-6
+    for _ in range(50):
+        r.sample(1e-3)
+    assert abs(r.srtt - 1e-3) < 1e-6 and r.rto() == 0.01
+    r.sample(5.0)
+    assert r.rto() == 0.1
