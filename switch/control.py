@@ -108,6 +108,14 @@ PORT_KEYS = {
     "rate_mbps",
     "heal",
 }
+OP_KEYS = {
+    "ping": {"op"},
+    "counters": {"op"},
+    "port": PORT_KEYS,
+    "switch": {"op", "up"},
+    "debug": {"op", "on", "path"},
+    "stop": {"op"},
+}
 
 
 def handle(switch: Switch, line: bytes) -> dict[str, Any]:
@@ -116,9 +124,17 @@ def handle(switch: Switch, line: bytes) -> dict[str, Any]:
         req = json.loads(line.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         return {"ok": False, "error": f"request is not JSON: {exc}"}
+    except RecursionError:
+        return {"ok": False, "error": "request is not JSON: nested too deeply"}
     if not isinstance(req, dict) or not isinstance(req.get("op"), str):
         return {"ok": False, "error": "request must be an object with a string 'op'"}
     op = req["op"]
+    allowed = OP_KEYS.get(op)
+    if allowed is None:
+        return {"ok": False, "error": f"unknown op {op!r}"}
+    unknown = set(req) - allowed
+    if unknown:
+        return {"ok": False, "error": f"{op}: unknown field {sorted(unknown)[0]!r}"}
     try:
         if op == "ping":
             return {"ok": True, "switch": switch.name, "pid": os.getpid()}
@@ -142,16 +158,13 @@ def handle(switch: Switch, line: bytes) -> dict[str, Any]:
 
 
 def _port(switch: Switch, req: dict) -> dict:
-    unknown = set(req) - PORT_KEYS
-    if unknown:
-        raise ValueError(f"unknown field {sorted(unknown)[0]!r}")
     name = req["port"]
     port = switch.port_by_name.get(name) if isinstance(name, str) else None
     if port is None:
         raise ValueError(f"no port {name!r} on {switch.name}")
     # Validate everything before changing anything: a half-applied request would be a lie.
     changes: list = []
-    if req.get("heal"):
+    if "heal" in req and _flag(req, "heal"):
         changes.append(port.heal)
     if "up" in req:
         up = _flag(req, "up")
@@ -184,7 +197,13 @@ def _debug(switch: Switch, req: dict) -> dict:
         path = req.get("path")
         if not isinstance(path, str):
             raise ValueError("path: a file to write dissected trims and drops to is required")
-        switch.debug_log = open(path, "a")  # noqa: SIM115 - lives until debug is switched off
+        try:
+            log = open(path, "a")  # noqa: SIM115 - lives until debug is switched off
+        except OSError as exc:
+            raise ValueError(f"path: cannot open {path!r}: {exc.strerror}") from None
+        if switch.debug_log is not None:
+            switch.debug_log.close()
+        switch.debug_log = log
     elif switch.debug_log is not None:
         switch.debug_log.close()
         switch.debug_log = None

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from switch import frames
 from switch.config import SwitchConfig
 from switch.control import ControlServer
-from switch.fib import Fib
+from switch.fib import BUCKET_MASK, Fib
 from switch.port import Port
 from switch.queueing import TrimmingQueue
 
@@ -126,14 +126,15 @@ class Switch:
             return
         if frame[22] <= 1:
             self._drop(TTL_EXPIRED, frame)
-            self._send_icmp(frames.icmp_time_exceeded(frame, self.router_ip), now)
+            if not frames.is_icmp_error(frame):  # RFC 1122 3.2.2: never an error about an error
+                self._send_icmp(frames.icmp_time_exceeded(frame, self.router_ip), now)
             return
         live = route.live
         if not live:
             self._drop(NO_ROUTE if not route.members else "link_down", frame)
             return
         out_index, next_mac = (
-            live[self.fib.flow_hash(frame) % len(live)] if len(live) > 1 else live[0]
+            route.table[self.fib.flow_hash(frame) & BUCKET_MASK] if len(live) > 1 else live[0]
         )
         out = self.ports[out_index]
         frames.decrement_ttl(frame)
@@ -158,7 +159,7 @@ class Switch:
         route = self.fib.lookup(bytes(frame[30:34]))
         if route is None or not route.live:
             return
-        out_index, next_mac = route.live[self.fib.flow_hash(frame) % len(route.live)]
+        out_index, next_mac = route.table[self.fib.flow_hash(frame) & BUCKET_MASK]
         out = self.ports[out_index]
         frame[0:6] = next_mac
         frame[6:12] = out.mac

@@ -10,19 +10,50 @@ from __future__ import annotations
 
 import ipaddress
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 _ROUTE_CACHE_MAX = 65536
+BUCKETS = 256  # resilient-hash table size per ECMP group (a multiple of 1..8 members' LCM-ish)
+BUCKET_MASK = BUCKETS - 1
 
 
 @dataclass
 class Route:
-    """One FIB entry with its live next hops (port index, next-hop MAC)."""
+    """One FIB entry with its live next hops (port index, next-hop MAC).
+
+    ECMP uses a resilient hash, as switch ASICs can: the flow hash picks one of BUCKETS
+    buckets, each bucket names a member. When a member goes down only *its* buckets are handed
+    to the survivors, so flows on healthy links keep their path (plain hash-modulo-N would
+    reshuffle almost every flow); when it comes back it gets exactly its buckets back.
+    """
 
     prefix: str
     members: tuple[tuple[int, bytes], ...]  # all configured next hops
     live: tuple[tuple[int, bytes], ...]  # members whose port is up
     local: bool = False  # addressed to the switch itself
+    table: list[tuple[int, bytes]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.rebuild()
+
+    def rebuild(self) -> None:
+        """Bucket b belongs to member b % len(members); dead members' buckets go round-robin
+        to the live ones."""
+        if not self.members:
+            self.table = []
+            return
+        live = set(self.live)
+        spare = list(self.live)
+        table = []
+        k = 0
+        for b in range(BUCKETS):
+            owner = self.members[b % len(self.members)]
+            if owner in live or not spare:
+                table.append(owner)
+            else:
+                table.append(spare[k % len(spare)])
+                k += 1
+        self.table = table
 
 
 class Fib:
@@ -75,10 +106,11 @@ class Fib:
         for route in self.routes:
             if any(p == port for p, _ in route.members):
                 route.live = tuple(m for m in route.members if ports_up[m[0]])
+                route.rebuild()
 
 
 def select_next_hop(route: Route, h: int) -> tuple[int, bytes] | None:
-    live = route.live
-    if not live:
+    """The member that flow hash `h` uses (None if every member is down)."""
+    if not route.live:
         return None
-    return live[h % len(live)]
+    return route.table[h & BUCKET_MASK]

@@ -186,6 +186,15 @@ def build_ipv4(
     return hdr + payload
 
 
+ICMP_ERROR_TYPES = frozenset((3, 4, 5, 11, 12))
+
+
+def is_icmp_error(frame: bytes | bytearray | memoryview) -> bool:
+    return (
+        frame[OFF_PROTO] == PROTO_ICMP and len(frame) > L4_OFF and frame[L4_OFF] in ICMP_ERROR_TYPES
+    )
+
+
 def icmp_time_exceeded(frame: bytes | bytearray, router_ip: bytes) -> bytearray:
     """ICMP type 11 for `frame` (IPv4 header + 8 bytes quoted), from `router_ip`, no Ethernet."""
     quoted = bytes(frame[IP_OFF : IP_OFF + 28])

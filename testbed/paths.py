@@ -11,7 +11,7 @@ import socket
 import struct
 
 from switch.config import switch_config
-from switch.fib import Fib
+from switch.fib import Fib, select_next_hop
 from switch.frames import mac_bytes
 from topologies import Fabric
 
@@ -68,7 +68,7 @@ def predict_path(
         if route is None or not route.live:
             path.append("(dropped)")
             return path
-        out, _mac = route.live[fib.flow_hash(frame) % len(route.live)]
+        out, _mac = select_next_hop(route, fib.flow_hash(frame))
         node = next(i.peer_node for i in fab.interfaces[node] if i.name == cfg.ports[out].name)
     raise RuntimeError(f"no path from {src_host} to {dst_host} within 8 hops")
 

@@ -102,7 +102,7 @@ class TopologySpec(_Model):
     trim_bytes: int = TopologyParams.trim_bytes
     trimming: bool = TopologyParams.trimming
     ecn_kb: float | None = None
-    oversubscription: float = TopologyParams.oversubscription
+    oversubscription: float | None = None
 
     def params(self) -> TopologyParams:
         return TopologyParams(**self.model_dump())

@@ -38,7 +38,10 @@ class TopologyParams:
     trim_bytes: int = 128  # frame length after trimming
     trimming: bool = True
     ecn_kb: float | None = None  # CE-mark above this backlog; None = half the queue
-    oversubscription: float = 1.0  # host-facing / uplink capacity per leaf; 1 = non-blocking
+    # Host-facing / uplink capacity per leaf. None: every link runs at link_mbps (the default,
+    # so a single flow can reach the link rate); a number X sets the uplink rate to
+    # link_mbps * hosts_per_leaf / (spines * X), so 1.0 is exactly non-blocking.
+    oversubscription: float | None = None
     trimmable_dscp: int = 10
     trimmed_dscp: int = 11
     control_dscp: int = 46
@@ -64,13 +67,18 @@ class TopologyParams:
             "link_mbps": (self.link_mbps, 0.0, 100_000.0),
             "delay_us": (self.delay_us, 0.0, 10_000_000.0),
             "queue_kb": (self.queue_kb, 1.5, 1_000_000.0),
-            "oversubscription": (self.oversubscription, 0.01, 1000.0),
         }
+        if self.oversubscription is not None:
+            floats["oversubscription"] = (self.oversubscription, 0.01, 1000.0)
         for name, (value, lo, hi) in floats.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise TopologyError(f"{name}: must be a number, got {value!r}")
             if not lo <= value <= hi:
                 raise TopologyError(f"{name}: must be between {lo:g} and {hi:g}, got {value:g}")
+        if self.ecn_kb is not None and (
+            isinstance(self.ecn_kb, bool) or not isinstance(self.ecn_kb, (int, float))
+        ):
+            raise TopologyError(f"ecn_kb: must be a number, got {self.ecn_kb!r}")
         if self.ecn_kb is not None and not 0 < self.ecn_kb <= self.queue_kb:
             raise TopologyError(
                 f"ecn_kb: must be in (0, queue_kb={self.queue_kb:g}], got {self.ecn_kb}"
@@ -79,6 +87,8 @@ class TopologyParams:
             raise TopologyError(f"trimming: must be true or false, got {self.trimming!r}")
         if self.trimmable_dscp == self.trimmed_dscp:
             raise TopologyError("trimmed_dscp: must differ from trimmable_dscp")
+        if self.control_dscp in (self.trimmable_dscp, self.trimmed_dscp):
+            raise TopologyError("control_dscp: must differ from trimmable_dscp and trimmed_dscp")
         P = self.planes
         widest = (
             f"{leaf_name(self.leaves, P, P)}-eth{self.hosts_per_leaf + self.spines - 1}",
@@ -95,7 +105,7 @@ class TopologyParams:
     @property
     def uplink_mbps(self) -> float:
         """Leaf-spine link rate: equal to link_mbps unless oversubscription is set."""
-        if self.link_mbps == 0 or self.oversubscription == 1.0:
+        if self.link_mbps == 0 or self.oversubscription is None:
             return self.link_mbps
         return self.link_mbps * self.hosts_per_leaf / (self.spines * self.oversubscription)
 
@@ -329,8 +339,13 @@ def _compute_fibs(fab: Fabric) -> None:
             for other in range(1, p.leaves + 1):
                 if other != node.index:
                     entries.append(FibEntry(f"10.{plane}.{other}.0/24", uplinks))
-            # Spine router addresses (traceroute replies, pings to spines).
-            entries.append(FibEntry(f"10.{plane}.0.0/24", uplinks))
+            # Each spine's own address goes to that spine: only it can answer a ping to it.
+            for i in intfs:
+                peer = fab.nodes[i.peer_node]
+                if peer.kind == "spine":
+                    entries.append(
+                        FibEntry(f"{peer.router_ip}/32", (NextHop(i.name, _peer_mac(fab, i)),))
+                    )
         else:
             for i in intfs:
                 leaf = fab.nodes[i.peer_node]

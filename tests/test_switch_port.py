@@ -1,0 +1,345 @@
+"""Port: shaping, propagation delay, catch-up after idle, impairments -- on a virtual clock.
+
+`offer()` and `service()` take the time explicitly, so these tests drive the port with exact
+timestamps and record the time at which every frame reaches `transmit` (the wire).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import random
+
+import pytest
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+
+from switch.port import (
+    CATCH_UP_S,
+    DROP_BLACKHOLE,
+    DROP_LINK_DOWN,
+    DROP_LOSS,
+    DROP_TX_ERROR,
+    Port,
+)
+from switch.queueing import TrimmingQueue
+
+
+@functools.cache
+def _frame(size: int, dscp: int) -> bytes:
+    hdr = Ether() / IP(src="10.1.1.1", dst="10.1.2.1", tos=dscp << 2) / UDP(sport=9, dport=4791)
+    return bytes(hdr / (b"d" * (size - len(bytes(hdr)))))
+
+
+def mk(size: int = 1000, dscp: int = 0) -> bytearray:
+    return bytearray(_frame(size, dscp))
+
+
+class Wire:
+    """Recording transmit with a clock the test sets before each call into the port."""
+
+    def __init__(self, ok: bool = True) -> None:
+        self.now = 0.0
+        self.sent: list[tuple[float, bytes]] = []
+        self.ok = ok
+
+    def __call__(self, frame) -> bool:
+        self.sent.append((self.now, bytes(frame)))
+        return self.ok
+
+    @property
+    def times(self) -> list[float]:
+        return [t for t, _ in self.sent]
+
+
+def make_port(
+    rate: float = 100.0, delay_us: float = 0.0, queue_bytes: int = 10_000_000, seed: int = 1, **qkw
+) -> tuple[Port, Wire]:
+    wire = Wire()
+    q = TrimmingQueue(queue_bytes, max(queue_bytes // 10, 8192), queue_bytes, **qkw)
+    port = Port(0, "p0", b"\2" * 6, b"\4" * 6, rate, delay_us, q, wire, random.Random(seed))
+    return port, wire
+
+
+def offer(port: Port, wire: Wire, frame: bytearray, now: float) -> None:
+    wire.now = now
+    port.offer(frame, now)
+
+
+def run(port: Port, wire: Wire, now: float, until: float = math.inf) -> float:
+    """Call service() exactly when the port asks to be called again; returns the last time."""
+    t: float | None = now
+    while t is not None and t <= until:
+        now = t
+        wire.now = t
+        t = port.service(t)
+    return now
+
+
+def test_back_to_back_spacing_and_long_run_rate() -> None:
+    rate = 100.0
+    port, wire = make_port(rate)
+    rng = random.Random(5)
+    sizes = [rng.choice([64, 128, 600, 1000, 1500]) for _ in range(3000)]
+    for s in sizes:
+        offer(port, wire, mk(s), 0.0)
+    run(port, wire, 0.0)
+    assert len(wire.sent) == len(sizes)
+    assert [len(f) for _, f in wire.sent] == sizes  # FIFO
+    t = wire.times
+    # Each frame leaves when its own serialisation ends: spacing = len*8/rate.
+    assert t[0] == pytest.approx(sizes[0] * 8 / (rate * 1e6), rel=1e-9)
+    for k in range(1, len(t)):
+        assert t[k] - t[k - 1] == pytest.approx(sizes[k] * 8 / (rate * 1e6), rel=1e-6, abs=1e-12)
+    measured = sum(sizes[1:]) * 8 / (t[-1] - t[0]) / 1e6
+    assert measured == pytest.approx(rate, rel=0.01)
+
+
+@pytest.mark.parametrize("rate", [10.0, 100.0, 200.0, 1000.0])
+def test_long_run_rate_under_timer_jitter(rate: float) -> None:
+    """An event loop that wakes up late (by < CATCH_UP_S) still holds the rate within 1%."""
+    port, wire = make_port(rate)
+    rng = random.Random(int(rate))
+    size = 1400
+    now, deadline = 0.0, None
+    offered = 0
+    n_frames = 4000
+    next_offer = 0.0
+    while offered < n_frames or deadline is not None:
+        # Offer faster than the line rate so the port is always backlogged.
+        if offered < n_frames and (deadline is None or next_offer <= deadline):
+            now = max(now, next_offer)
+            offer(port, wire, mk(size), now)
+            offered += 1
+            next_offer += size * 8 / (rate * 1e6) * 0.8
+            deadline = port.busy_until if port.queue.data or port.inflight else deadline
+            continue
+        now = max(now, deadline + rng.uniform(0, CATCH_UP_S * 0.8))
+        wire.now = now
+        deadline = port.service(now)
+    assert len(wire.sent) == n_frames
+    t = wire.times
+    measured = (n_frames - 1) * size * 8 / (t[-1] - t[0]) / 1e6
+    assert measured == pytest.approx(rate, rel=0.01)
+
+
+def test_propagation_delay_added() -> None:
+    rate, delay_us = 100.0, 500.0
+    port, wire = make_port(rate, delay_us)
+    offer(port, wire, mk(1000), 1.0)
+    assert wire.sent == []  # still serialising / in flight
+    ser = 1000 * 8 / (rate * 1e6)
+    nxt = port.service(1.0)
+    assert nxt == pytest.approx(1.0 + ser + delay_us / 1e6, rel=1e-12)
+    wire.now = nxt - 1e-7
+    assert port.service(nxt - 1e-7) == pytest.approx(nxt) and wire.sent == []
+    run(port, wire, nxt)
+    assert wire.times == [pytest.approx(1.0 + ser + 500e-6, rel=1e-12)]
+    # A train: each frame arrives delay after its own serialisation end.
+    for _ in range(10):
+        offer(port, wire, mk(1000), 2.0)
+    run(port, wire, 2.0)
+    for k, t in enumerate(wire.times[1:], start=1):
+        assert t == pytest.approx(2.0 + k * ser + 500e-6, rel=1e-9)
+
+
+def test_zero_delay_unshaped_port_forwards_immediately() -> None:
+    port, wire = make_port(rate=0.0, delay_us=0.0)
+    assert not port.shaped
+    for k in range(5):
+        offer(port, wire, mk(1000), 3.0)
+        assert len(wire.sent) == k + 1 and wire.sent[-1][0] == 3.0
+    assert len(port.queue) == 0 and port.counters.tx_packets == 5
+
+
+def test_delay_only_port_is_shaped() -> None:
+    port, wire = make_port(rate=0.0, delay_us=100.0)
+    assert port.shaped
+    offer(port, wire, mk(1000), 1.0)
+    run(port, wire, 1.0)
+    assert wire.times == [pytest.approx(1.0001)]
+
+
+def max_frames_in_window(times: list[float], window: float) -> int:
+    best, j = 0, 0
+    for i, t in enumerate(times):
+        while times[j] < t - window:
+            j += 1
+        best = max(best, i - j + 1)
+    return best
+
+
+@pytest.mark.parametrize("late_s", [CATCH_UP_S * 0.5, CATCH_UP_S, 0.002, 0.05, 3.0])
+def test_no_burst_after_idle_beyond_catch_up(late_s: float) -> None:
+    rate, size = 100.0, 1000
+    ser = size * 8 / (rate * 1e6)
+    port, wire = make_port(rate)
+    # Some traffic long ago, then idle.
+    for _ in range(3):
+        offer(port, wire, mk(size), 0.0)
+    run(port, wire, 0.0)
+    wire.sent.clear()
+    start = 10.0
+    for _ in range(200):
+        offer(port, wire, mk(size), start)
+    # The loop wakes up late: the port may catch up at most CATCH_UP_S of backlog at once.
+    wake = start + late_s
+    wire.now = wake
+    port.service(wake)
+    burst = sum(1 for t in wire.times if t == wake)
+    assert burst <= math.floor(CATCH_UP_S / ser) + 1
+    run(port, wire, wake)
+    assert len(wire.sent) == 200
+    # Never more than the line rate allows in any window, beyond the catch-up allowance.
+    for window in (ser, 10 * ser, 100 * ser):
+        assert max_frames_in_window(wire.times, window) <= (window + CATCH_UP_S) / ser + 2
+
+
+def test_catch_up_within_allowance_keeps_exact_schedule() -> None:
+    """Late by less than CATCH_UP_S: frames keep their virtual departure times (no rate loss)."""
+    rate, size = 100.0, 1000
+    ser = size * 8 / (rate * 1e6)
+    port, wire = make_port(rate)
+    for _ in range(50):
+        offer(port, wire, mk(size), 0.0)
+    late = CATCH_UP_S * 0.9
+    t = 0.0
+    while (nxt := port.service(t)) is not None:
+        t = nxt + late
+        wire.now = t
+    # The last frame's virtual departure equals the ideal back-to-back schedule.
+    assert port.busy_until == pytest.approx(50 * ser, rel=1e-9)
+
+
+def test_blackhole_counted_and_link_stays_up() -> None:
+    port, wire = make_port()
+    port.blackhole = True
+    for _ in range(20):
+        offer(port, wire, mk(), 0.0)
+    run(port, wire, 0.0)
+    assert wire.sent == [] and port.up
+    assert port.counters.drops == {DROP_BLACKHOLE: 20}
+    assert port.counters.tx_packets == 0
+
+
+def test_loss_counted_and_roughly_right() -> None:
+    port, wire = make_port(seed=42)
+    port.loss = 0.25
+    n = 4000
+    for _ in range(n):
+        offer(port, wire, mk(200), 0.0)
+    run(port, wire, 0.0)
+    lost = port.counters.drops[DROP_LOSS]
+    assert lost + len(wire.sent) == n and set(port.counters.drops) == {DROP_LOSS}
+    assert abs(lost - n * 0.25) < 5 * math.sqrt(n * 0.25 * 0.75)
+    assert port.counters.tx_packets == len(wire.sent)
+
+
+def test_full_loss() -> None:
+    port, wire = make_port()
+    port.loss = 1.0
+    for _ in range(10):
+        offer(port, wire, mk(), 0.0)
+    run(port, wire, 0.0)
+    assert wire.sent == [] and port.counters.drops == {DROP_LOSS: 10}
+
+
+def test_down_flushes_queue_and_inflight_and_drops_offers() -> None:
+    port, wire = make_port(delay_us=1000.0)
+    for _ in range(10):
+        offer(port, wire, mk(), 0.0)
+    port.service(0.0005)  # some frames serialised, now in flight
+    assert port.inflight and port.queue.data
+    port.set_down()
+    assert port.counters.drops == {DROP_LINK_DOWN: 10}
+    assert len(port.queue) == 0 and not port.inflight
+    offer(port, wire, mk(), 1.0)
+    assert port.counters.drops == {DROP_LINK_DOWN: 11}
+    run(port, wire, 1.0)
+    assert wire.sent == []
+
+
+def test_kernel_refusal_is_tx_error_not_tx() -> None:
+    port, wire = make_port()
+    wire.ok = False
+    for _ in range(3):
+        offer(port, wire, mk(), 0.0)
+    run(port, wire, 0.0)
+    assert port.counters.drops == {DROP_TX_ERROR: 3} and port.counters.tx_packets == 0
+
+
+def test_degrade_changes_spacing_and_heal_restores_nominal() -> None:
+    port, wire = make_port(rate=100.0, delay_us=20.0)
+    port.set_rate(10.0)
+    port.delay_s = 0.005
+    port.blackhole = port.rx_blackhole = True
+    port.loss = port.rx_loss = 0.5
+    port.heal()
+    s = port.snapshot()["state"]
+    assert s == {
+        "up": True,
+        "blackhole": False,
+        "loss_pct": 0.0,
+        "rx_up": True,
+        "rx_blackhole": False,
+        "rx_loss_pct": 0.0,
+        "rate_mbps": 100.0,
+        "delay_us": pytest.approx(20.0),
+    }
+    # Degraded: 10 Mbps spacing; healed: 100 Mbps spacing.
+    port.set_rate(10.0)
+    for _ in range(20):
+        offer(port, wire, mk(1250), 0.0)
+    run(port, wire, 0.0)
+    t = wire.times
+    assert all(b - a == pytest.approx(0.001, rel=1e-6) for a, b in zip(t, t[1:], strict=False))
+    port.heal()
+    wire.sent.clear()
+    for _ in range(20):
+        offer(port, wire, mk(1250), 10.0)
+    run(port, wire, 10.0)
+    t = wire.times
+    assert all(b - a == pytest.approx(0.0001, rel=1e-6) for a, b in zip(t, t[1:], strict=False))
+    assert t[0] == pytest.approx(10.0 + 0.0001 + 20e-6)
+
+
+def test_heal_does_not_restore_carrier() -> None:
+    port, _ = make_port()
+    port.set_down()
+    port.heal()
+    assert port.up is False
+
+
+def test_port_trims_when_its_queue_overflows() -> None:
+    port, wire = make_port(rate=10.0, queue_bytes=5000, trim_bytes=128)
+    for _ in range(10):
+        offer(port, wire, mk(1000, dscp=10), 0.0)
+    for _ in range(3):
+        offer(port, wire, mk(1000, dscp=0), 0.0)
+    run(port, wire, 0.0)
+    snap = port.snapshot()
+    # The first frame goes straight to the wire, five fill the 5000 B queue, four are trimmed.
+    assert snap["trims"] == 4 and snap["drops"] == {"queue_full": 3}
+    assert [len(f) for _, f in wire.sent] == [1000] + [128] * 4 + [1000] * 5
+    assert snap["tx_packets"] == 10 and snap["tx_bytes"] == 6000 + 4 * 128
+    assert snap["max_queue_bytes"] == 5000
+
+
+def test_snapshot_keys() -> None:
+    port, _ = make_port()
+    snap = port.snapshot()
+    for key in (
+        "rx_packets",
+        "rx_bytes",
+        "tx_packets",
+        "tx_bytes",
+        "drops",
+        "trims",
+        "ecn_marks",
+        "queue_bytes",
+        "prio_queue_bytes",
+        "max_queue_bytes",
+        "max_prio_queue_bytes",
+        "state",
+    ):
+        assert key in snap
