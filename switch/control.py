@@ -189,6 +189,7 @@ def _port(switch: Switch, req: dict) -> dict:
         changes.append(lambda: port.set_rate(rate))
     for change in changes:
         change()
+    switch.refresh()
     return {"ok": True, "port": port.snapshot()["state"]}
 
 
@@ -204,9 +205,11 @@ def _debug(switch: Switch, req: dict) -> dict:
         if switch.debug_log is not None:
             switch.debug_log.close()
         switch.debug_log = log
+        switch.refresh()
     elif switch.debug_log is not None:
         switch.debug_log.close()
         switch.debug_log = None
+        switch.refresh()
     return {"ok": True}
 
 

@@ -449,6 +449,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("testbed: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `testbed counters | head`
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":
