@@ -18,7 +18,7 @@ step "ping and traceroute h1 -> h6 (leaf1, a spine, leaf3)"
 "${TB[@]}" exec --name "$NAME" h1 -- traceroute -n -q 2 -w 1 10.1.3.2
 step "iperf3 TCP h1 -> h3 through three software switches"
 "${TB[@]}" exec --name "$NAME" h3 -- iperf3 -s -1 -D -p 5201
-sleep 0.5
+"${TB[@]}" exec --name "$NAME" h3 -- sh -c 'for i in $(seq 100); do ss -ltn | grep -q :5201 && exit 0; sleep 0.02; done; exit 1'
 "${TB[@]}" exec --name "$NAME" h1 -- iperf3 -c 10.1.2.1 -p 5201 -t 3 | tee "$OUT/iperf3.txt" | tail -4
 step "incast of trimmable UDP into h6: trimmed headers instead of drops"
 for h in h1 h3 h5; do

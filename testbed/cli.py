@@ -338,9 +338,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     _need_root("testbed bench")
     if args.what != "switch":
         raise CliError(f"bench: {args.what!r} is not available yet (only 'switch')")
-    from testbed.bench.switch_bench import run_switch_bench
+    from testbed.bench.switch_bench import BenchError, run_switch_bench
 
-    result = run_switch_bench(duration_s=args.duration, quick=args.quick)
+    try:
+        result = run_switch_bench(duration_s=args.duration, quick=args.quick)
+    except BenchError as exc:
+        raise CliError(str(exc)) from None
     if args.json:
         print(json.dumps(result, indent=1))
     else:

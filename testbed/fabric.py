@@ -222,7 +222,7 @@ class FabricBuilder:
         node = self.node(name)
         cmd = [
             "mnexec", "-a", str(node.pid),
-            sys.executable, "-m", "switch", "--config", str(cfg_path), "--control", str(sock),
+            switch_python(), "-m", "switch", "--config", str(cfg_path), "--control", str(sock),
         ]  # fmt: skip
         env = os.environ | {"PYTHONPATH": _project_root()}
         proc = subprocess.Popen(
@@ -295,6 +295,12 @@ class FabricBuilder:
                 except Exception:  # noqa: BLE001 - keep tearing down the rest
                     pass
             self.net = None
+
+
+def switch_python() -> str:
+    """The interpreter for switch processes: TESTBED_SWITCH_PYTHON (e.g. /usr/bin/pypy3; the
+    switch runs on PyPy 3.9 too) or this one."""
+    return os.environ.get("TESTBED_SWITCH_PYTHON", sys.executable)
 
 
 def _ticks_or_zero(pid: int) -> int:
