@@ -1,0 +1,1 @@
+"""Benchmarks with same-run baselines (`testbed bench ...`)."""
