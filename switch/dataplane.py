@@ -157,7 +157,7 @@ class Switch:
                 else:
                     out_index, l2 = route.table[self.fib.flow_hash(frame) & BUCKET_MASK]
             # TTL - 1; the checksum rises by 0x0100 (RFC 1624; 0xFEFF -> 0x0000, as a recompute).
-            frame[22] -= 1
+            frame[22] = frame[22] - 1
             cs = ((frame[24] << 8) | frame[25]) + 0x100
             cs = (cs & 0xFFFF) + (cs >> 16)
             if cs == 0xFFFF:
@@ -169,8 +169,10 @@ class Switch:
         c.rx_packets += len(batch)
         c.rx_bytes += nbytes
 
-    def _receive_slow(self, port: Port, frame: bytearray, now: float) -> None:
+    def _receive_slow(self, port: Port, frame: bytearray | memoryview, now: float) -> None:
         """Everything the inline path does not handle; counters were already updated."""
+        if type(frame) is not bytearray:
+            frame = bytearray(frame)  # a view of a ring slot: this path may keep the frame
         c = port.counters
         if not self.up:
             self._drop(SWITCH_DOWN)
@@ -358,6 +360,7 @@ class Switch:
                         busy = True
                         receive(port, batch, monotonic())
                         batch.clear()
+                        io.release()
                 deadline = self._service(shaped, monotonic())
                 # One syscall hands the whole burst to the kernel, per port.
                 for io in rings:

@@ -132,6 +132,8 @@ class Port:
         if spb != 0.0 or delay != 0.0:
             q = self.queue
             if q.data or q.prio or self.busy_until > now + EARLY_S:
+                if type(frame) is not bytearray:
+                    frame = bytearray(frame)  # a view of an rx ring slot: a queued frame is kept
                 verdict = q.enqueue(frame)
                 if verdict is not ENQUEUED and verdict is not TRIMMED:
                     self.counters.drop(verdict)
@@ -142,6 +144,8 @@ class Port:
             busy = (busy if busy > now - CATCH_UP_S else now) + len(frame) * spb
             self.busy_until = busy
             if delay != 0.0 or busy > now + EARLY_S or self.inflight:
+                if type(frame) is not bytearray:
+                    frame = bytearray(frame)
                 self.inflight.append((busy + delay, frame))
                 return
         # On the wire now (inline copy of _wire's common case: no gray failure).
