@@ -144,10 +144,11 @@ class Switch:
                 slow(port, frame, now)
                 continue
             route = cache_get(hdr & 0xFFFFFFFF)
-            if route is None or route.local or not route.live:
+            # A local route has no members, so no live ones either: it takes the slow path too.
+            live = route.live if route is not None else None
+            if not live:
                 slow(port, frame, now)
                 continue
-            live = route.live
             if len(live) == 1:
                 out_index, l2 = live[0]
             else:
