@@ -37,3 +37,14 @@ def test_ci_runs_the_readme_test_command():
 def test_setup_script_is_valid_bash():
     subprocess.run(["bash", "-n", str(ROOT / "scripts" / "setup.sh")], check=True)
     subprocess.run(["bash", "-n", str(ROOT / "scripts" / "demo.sh")], check=True)
+
+
+def test_bench_plot_renders_the_committed_result(tmp_path):
+    import json
+
+    from testbed.bench.plot import plot_switch_bench
+
+    result = json.loads((ROOT / "docs" / "img" / "switch-bench.json").read_text())
+    out = plot_switch_bench(result, tmp_path / "bench.png")
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
