@@ -389,6 +389,13 @@ class Sender:
         base = self.snd_una
         for p in sorted(self.inflight.values(), key=lambda q: psn_diff(q.psn, base)):
             self._declare_lost(p, reason, now)
+        # Resend from snd_una in PSN order, including packets still queued from an earlier
+        # rewind: appended behind them, the packet at snd_una went last and the in-order
+        # receiver dropped every packet before it, one RC timeout per rotation (seen on the
+        # fabric: single-path needed ~1 s after a heal instead of one timeout).
+        self.retx = deque(
+            sorted((q for q in self.retx if q.state == _LOST), key=lambda q: psn_diff(q.psn, base))
+        )
 
     def on_probe_ack(self, pa: ProbeAckPacket, now: float) -> None:
         if self.evs.readmit(pa.ev_echo, pa.probe_seq, now):

@@ -95,9 +95,26 @@ def clean_fabric(name: str, grace_s: float = 2.0) -> list[str]:
     return done
 
 
-def clean_all() -> dict[str, list[str]]:
-    """`testbed clean`: every fabric this tool knows of, live or stale."""
-    return {name: clean_fabric(name) for name in list_fabrics()}
+def is_live(name: str) -> bool:
+    """A fabric whose supervisor still runs is in use, not a leftover."""
+    try:
+        st = FabricState.load(RUN_ROOT / name)
+    except StateError:
+        return False
+    return any(
+        p.role == "supervisor" and process_start_ticks(p.pid) == p.start_ticks for p in st.processes
+    )
+
+
+def clean_all(include_live: bool = False) -> dict[str, list[str]]:
+    """`testbed clean`: every stale fabric this tool knows of; live ones only if asked."""
+    done = {}
+    for name in list_fabrics():
+        if is_live(name) and not include_live:
+            done[name] = [f"up, left alone (testbed down --name {name}, or clean --all)"]
+        else:
+            done[name] = clean_fabric(name)
+    return done
 
 
 def leftovers(name: str) -> list[str]:

@@ -312,7 +312,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
     _need_root("testbed clean")
     from testbed.cleanup import clean_all
 
-    done = clean_all()
+    done = clean_all(include_live=args.all)
     if not done:
         print(f"nothing to clean under {RUN_ROOT}")
     for name, actions in done.items():
@@ -336,8 +336,21 @@ def cmd_cli(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     _need_root("testbed bench")
+    if args.what == "endpoint":
+        from testbed.bench.endpoint_bench import (
+            BenchError,
+            format_endpoint_table,
+            run_endpoint_bench,
+        )
+
+        try:
+            result = run_endpoint_bench(quick=args.quick)
+        except BenchError as exc:
+            raise CliError(str(exc)) from None
+        print(json.dumps(result, indent=1) if args.json else format_endpoint_table(result))
+        return 0
     if args.what != "switch":
-        raise CliError(f"bench: {args.what!r} is not available yet (only 'switch')")
+        raise CliError(f"bench: {args.what!r} is not available yet (switch, endpoint)")
     from testbed.bench.switch_bench import BenchError, run_switch_bench
 
     try:
@@ -428,7 +441,9 @@ def build_parser() -> argparse.ArgumentParser:
     named(sub.add_parser("down", help="tear down exactly what `up` built")).set_defaults(
         func=cmd_down
     )
-    sub.add_parser("clean", help="remove leftovers of this tool only").set_defaults(func=cmd_clean)
+    cl = sub.add_parser("clean", help="remove leftovers of this tool only (stale fabrics)")
+    cl.add_argument("--all", action="store_true", help="also tear down fabrics that are still up")
+    cl.set_defaults(func=cmd_clean)
     sub.add_parser("list", help="shipped scenarios with one-line descriptions").set_defaults(
         func=cmd_list
     )

@@ -1,0 +1,187 @@
+"""Control channel of an endpoint process: one JSON object per line over a Unix socket.
+
+Requests (every reply is one line with ``"ok": true|false``; errors name the bad key):
+
+``{"op": "ping"}``                         -> host, pid, jobs
+``{"op": "start", "job": J, "workload": {...}, "mode": "mrc", "evs": 64, "ev_base": 49152,
+   "transport": {TransportConfig field: value}, "go": false}``
+                                           -> prepares job J: creates its connections (QPs) so
+                                              that peers' packets are accepted; with
+                                              ``"go": true`` it also starts at once
+``{"op": "go", "job": J}``                 -> the workload starts sending (``t`` = when)
+``{"op": "wait", "job": J, "timeout": S}`` -> answered when J is done (``done: true``) or after
+                                              S seconds (``done: false``); other requests on
+                                              other connections are served meanwhile
+``{"op": "stats", "job": J?}``             -> process and per-connection counters, job status
+``{"op": "stop"}``                         -> flushes the metrics and exits (also on SIGTERM)
+
+A coordinator (a test, the scenario runner) synchronises hosts without sleeping: ``start``
+every endpoint, then ``go`` every endpoint, then ``wait`` on each — see :class:`Coordinator`.
+This module holds the line framing shared by both sides and the client; the server loop is in
+``endpoint.daemon``.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Iterable, Mapping
+
+MAX_LINE = 1 << 20
+OPS = ("ping", "start", "go", "wait", "stats", "stop")
+
+
+class ControlError(RuntimeError):
+    """An endpoint answered ``ok: false``, or could not be reached."""
+
+
+class LineBuffer:
+    """Splits a byte stream into lines; refuses lines longer than ``MAX_LINE``."""
+
+    def __init__(self) -> None:
+        self.buf = b""
+
+    def feed(self, data: bytes) -> list[bytes]:
+        self.buf += data
+        if b"\n" not in self.buf:
+            if len(self.buf) > MAX_LINE:
+                self.buf = b""
+                raise ValueError(f"request longer than {MAX_LINE} bytes")
+            return []
+        *lines, self.buf = self.buf.split(b"\n")
+        return [ln for ln in lines if ln.strip()]
+
+
+def parse_request(line: bytes) -> dict:
+    """A request object, or ValueError with a message fit for the error reply."""
+    try:
+        req = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(req, dict):
+        raise ValueError("request must be a JSON object")
+    op = req.get("op")
+    if op not in OPS:
+        raise ValueError(f"op: expected one of {', '.join(OPS)}, got {op!r}")
+    return req
+
+
+def encode(reply: dict) -> bytes:
+    return json.dumps(reply, separators=(",", ":"), default=str).encode() + b"\n"
+
+
+class ControlClient:
+    """A connection to one endpoint's control socket (requests are answered in order)."""
+
+    def __init__(self, path: str, timeout: float = 30.0, connect_timeout: float = 10.0) -> None:
+        self.path = str(path)
+        self.timeout = timeout
+        deadline = time.monotonic() + connect_timeout
+        while True:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.connect(self.path)
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                s.close()
+                if time.monotonic() > deadline:
+                    raise ControlError(f"{self.path}: no endpoint listening") from None
+                time.sleep(0.02)  # the process is still starting: poll for its socket
+        self.sock = s
+        self._lines = LineBuffer()
+        self._ready: list[bytes] = []
+
+    def send(self, req: dict) -> None:
+        self.sock.settimeout(self.timeout)
+        self.sock.sendall(encode(req))
+
+    def receive(self, timeout: float | None = None) -> dict:
+        self.sock.settimeout(self.timeout if timeout is None else timeout)
+        while not self._ready:
+            try:
+                chunk = self.sock.recv(1 << 20)
+            except TimeoutError:
+                raise ControlError(f"{self.path}: no reply") from None
+            if not chunk:
+                raise ControlError(f"{self.path}: endpoint closed the control connection")
+            self._ready.extend(self._lines.feed(chunk))
+        reply = json.loads(self._ready.pop(0))
+        if not reply.get("ok"):
+            raise ControlError(f"{self.path}: {reply.get('error', 'unknown error')}")
+        return reply
+
+    def call(self, req: dict, timeout: float | None = None) -> dict:
+        self.send(req)
+        return self.receive(timeout)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> ControlClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Coordinator:
+    """Runs one job across many endpoint processes: start all, go all, wait for all.
+
+    ``clients`` maps host names to control socket paths. Synchronisation is by request and
+    reply only: nothing is sent before every host has its connections, nothing is read before
+    every host said it is done.
+    """
+
+    def __init__(self, sockets: Mapping[str, str], timeout: float = 60.0) -> None:
+        self.clients = {h: ControlClient(p, timeout=timeout) for h, p in sockets.items()}
+
+    def _all(self, req: dict, hosts: Iterable[str] | None) -> dict[str, dict]:
+        """Send ``req`` to every host first, then collect: the hosts act within a few ms."""
+        hosts = list(hosts) if hosts is not None else list(self.clients)
+        for h in hosts:
+            self.clients[h].send(req)
+        out, errors = {}, []
+        for h in hosts:  # read every reply, even after an error, so the streams stay in step
+            try:
+                out[h] = self.clients[h].receive()
+            except ControlError as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+        return out
+
+    def start(self, job: int, request: dict, hosts: Iterable[str] | None = None) -> dict:
+        """Prepare ``job`` everywhere; returns only when every host has its connections."""
+        return self._all({"op": "start", "job": job, **request}, hosts)
+
+    def go(self, job: int, hosts: Iterable[str] | None = None) -> dict[str, float]:
+        """Start sending everywhere; returns each host's start time (CLOCK_MONOTONIC)."""
+        return {h: r["t"] for h, r in self._all({"op": "go", "job": job}, hosts).items()}
+
+    def wait(self, job: int, timeout: float = 60.0) -> dict[str, dict]:
+        """Every host's final job status (``done`` False where it timed out)."""
+        for c in self.clients.values():
+            c.send({"op": "wait", "job": job, "timeout": timeout})
+        return {h: c.receive(timeout + 10.0)["status"] for h, c in self.clients.items()}
+
+    def run(self, job: int, request: dict, timeout: float = 60.0) -> dict[str, dict]:
+        self.start(job, request)
+        self.go(job)
+        return self.wait(job, timeout)
+
+    def stats(self, job: int | None = None) -> dict[str, dict]:
+        req: dict = {"op": "stats"} if job is None else {"op": "stats", "job": job}
+        return {h: c.call(req) for h, c in self.clients.items()}
+
+    def stop(self) -> None:
+        for c in self.clients.values():
+            try:
+                c.call({"op": "stop"}, timeout=10.0)
+            except (ControlError, OSError):
+                pass
+            c.close()
+
+    def close(self) -> None:
+        for c in self.clients.values():
+            c.close()
