@@ -12,6 +12,16 @@ from switch.dataplane import Switch
 from switch.ring import RingSocket
 
 
+def _die_with_parent() -> None:
+    """A switch outlives nothing: if whoever started it dies (even by SIGKILL), so does it."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m switch", description=__doc__)
     ap.add_argument(
@@ -19,6 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--control", required=True, help="path of the control Unix socket to create")
     ap.add_argument("--ring-frames", type=int, default=512, help="rx ring slots per port")
+    ap.add_argument(
+        "--die-with-parent", action="store_true", help="exit when the starting process dies"
+    )
     args = ap.parse_args(argv)
     try:
         config = SwitchConfig.load(args.config)
@@ -36,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         switch.running = False
 
     signal.signal(signal.SIGTERM, stop)
+    if args.die_with_parent:
+        _die_with_parent()
     signal.signal(signal.SIGINT, stop)
     print(f"switch {config.name}: forwarding on {len(config.ports)} ports", flush=True)
     try:

@@ -354,11 +354,12 @@ class Switch:
             # Drain every ring in bursts; a burst from one port must not starve another.
             receive = self.receive_batch
             busy = True
+            got = False
             while busy:
                 busy = False
                 for port, io in pairs:
                     if io.read_batch(batch, 64):
-                        busy = True
+                        busy = got = True
                         receive(port, batch, monotonic())
                         batch.clear()
                         io.release()
@@ -367,6 +368,18 @@ class Switch:
                 for io in rings:
                     if io.tx_pending:
                         io.flush()
+            if not got and readable is not waitset:
+                # Readable with nothing in the ring: a socket error (carrier loss, or the
+                # interface is gone with its peer's namespace). Clear it -- else select() spins.
+                for fd in readable:
+                    entry = fd_ring.get(fd)
+                    if entry is not None and entry[1].check_error():
+                        pairs.remove(entry)
+                        waitset.remove(fd)
+                        del fd_ring[fd]
+                        self.drops["port_vanished"] = self.drops.get("port_vanished", 0) + 1
+                if not pairs:
+                    break  # every port is gone: the fabric was torn down around this switch
         for io in rings:
             io.close()
 

@@ -214,6 +214,15 @@ class RingSocket:
         except OSError:
             self.tx_errors += 1
 
+    def check_error(self) -> bool:
+        """Clear a pending socket error; True if the interface no longer exists."""
+        try:
+            self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            socket.if_nametoindex(self.ifname)
+        except OSError:
+            return True
+        return False
+
     def poll_kernel_drops(self) -> int:
         """Frames the kernel dropped because the ring was full (emulator too slow), cumulative."""
         try:

@@ -102,7 +102,8 @@ def is_live(name: str) -> bool:
     except StateError:
         return False
     return any(
-        p.role == "supervisor" and process_start_ticks(p.pid) == p.start_ticks for p in st.processes
+        p.role == "supervisor" and process_start_ticks(p.pid) == p.start_ticks and _exists(p.pid)
+        for p in st.processes
     )
 
 

@@ -223,6 +223,7 @@ class FabricBuilder:
         cmd = [
             "mnexec", "-a", str(node.pid),
             switch_python(), "-m", "switch", "--config", str(cfg_path), "--control", str(sock),
+            "--die-with-parent",
         ]  # fmt: skip
         env = os.environ | {"PYTHONPATH": _project_root()}
         proc = subprocess.Popen(
