@@ -16,7 +16,7 @@ import random
 from collections import deque
 from collections.abc import Callable
 
-from switch.queueing import DROP_PRIO_FULL, DROP_QUEUE_FULL, ENQUEUED, TRIMMED, TrimmingQueue
+from switch.queueing import ENQUEUED, TRIMMED, TrimmingQueue
 
 CATCH_UP_S = 0.002
 # A frame may leave up to EARLY_S before its virtual departure time: the event loop cannot wake
@@ -235,7 +235,3 @@ class Port:
                 "delay_us": self.delay_s * 1e6,
             },
         }
-
-
-# Verdicts that counters record per reason (re-exported for the dataplane).
-QUEUE_DROPS = (DROP_QUEUE_FULL, DROP_PRIO_FULL)

@@ -10,7 +10,6 @@ else (never `mn -c`, which kills by name and deletes every `*-ethN` link on the 
 from __future__ import annotations
 
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -241,9 +240,6 @@ class FabricBuilder:
         )
         self.state.save(self.dir)
 
-    def restart_switch(self, name: str) -> None:
-        self._start_switch(name)
-
     def switch_log_tail(self, name: str, n: int = 400) -> str:
         try:
             return (self.dir / "switches" / f"{name}.log").read_text(errors="replace")[-n:].strip()
@@ -312,12 +308,3 @@ def _ticks_or_zero(pid: int) -> int:
 
 def _project_root() -> str:
     return str(Path(__file__).resolve().parent.parent)
-
-
-def node_exec_argv(pid: int, argv: list[str]) -> list[str]:
-    """argv that runs `argv` in the namespace held by `pid` (used by `testbed exec`)."""
-    return ["mnexec", "-a", str(pid), *argv]
-
-
-def shell_join(argv: list[str]) -> str:
-    return " ".join(shlex.quote(a) for a in argv)
