@@ -264,6 +264,7 @@ class EndpointProcess:
         self.loops = 0
         self.timer_late: deque = deque(maxlen=4096)  # seconds late, recent timer firings
         self._placed: dict[int, int] = {}  # qp -> bytes_placed already binned
+        self._ev_tx: dict[tuple[str, int], int] = {}  # (dst addr, EV) -> bytes sent this bin
         self._ev_seen: dict[int, int] = {}  # qp -> ev transitions already written
         self._rtt_seen: dict[int, float] = {}  # qp -> time of the last RTT sample written
         self._counters_sig: dict[int, int] = {}
@@ -469,8 +470,7 @@ class EndpointProcess:
         addrs = self.cfg.hosts
         if pacer is None:
             for t in self.ep.poll_transmit(now):
-                tx.send(t.plane, t.ev, addrs[t.peer][t.plane], t.payload, t.tos)
-                self.tx_datagrams += 1
+                self._paced_send(t.plane, t.ev, addrs[t.peer][t.plane], t.payload, t.tos)
             return None
         wake = pacer.drain(now, self._paced_send) if pacer.queued else None
         if pacer.data_queued() >= self.cfg.pace_queue:
@@ -487,6 +487,10 @@ class EndpointProcess:
     def _paced_send(self, plane: int, ev: int, dst: str, payload: bytes, tos: int) -> None:
         self.tx.send(plane, ev, dst, payload, tos)
         self.tx_datagrams += 1
+        key = (dst, ev)
+        # Bytes per (destination, EV) per bin: which path carried the traffic (the runner maps
+        # an EV to its spine with the switches' own hash, testbed.paths.predict_path).
+        self._ev_tx[key] = self._ev_tx.get(key, 0) + len(payload)
 
     # ----- metrics --------------------------------------------------------------------------
 
@@ -505,6 +509,7 @@ class EndpointProcess:
         self._next_bin = (int(now / self.cfg.bin_s) + 1) * self.cfg.bin_s
         w = self.metrics
         w.write_all(self.bins.take(now))
+        self._write_ev_tx(now)
         for qp, job in self.job_of_qp.items():
             conn = self.ep.connections[qp]
             st = conn.stats
@@ -555,6 +560,16 @@ class EndpointProcess:
         if now >= self._next_flush:
             self._next_flush = now + self.cfg.flush_interval
             w.flush()
+
+    def _write_ev_tx(self, now: float) -> None:
+        """The bin just closed: bytes sent per destination address and EV (``evtx``)."""
+        if not self._ev_tx:
+            return
+        dt = self.cfg.bin_s
+        start = round((int(now / dt) - 1) * dt, 6)
+        by = {f"{dst}:{ev}": n for (dst, ev), n in self._ev_tx.items()}
+        self._ev_tx = {}
+        self.metrics.write({"type": "evtx", "t": start, "dt": dt, "bytes": by})
 
     def _write_counters(self, job: Job, now: float, only_changed: bool = False) -> None:
         for peer, conn in job.conns.items():
@@ -768,6 +783,7 @@ class EndpointProcess:
         self._sample_placed(now)
         w = self.metrics
         w.write_all(self.bins.take())
+        self._write_ev_tx(now + self.cfg.bin_s)
         for job in self.jobs.values():
             self._write_counters(job, now)
         self._next_bin = now

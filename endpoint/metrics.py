@@ -14,6 +14,8 @@ machine shares, so records of different hosts line up without clock sync). Recor
              ``drops``; every ``stats_interval`` while the job is active and once at its end.
              NACKs are ``counters.nack_tx`` / ``nack_rx``, trims seen ``counters.trimmed_rx``.
 ``ev``       job, peer, ev, ``old`` -> ``new`` state (good / congested / failed), at ``t``.
+``evtx``     ``t`` = bin start, ``bytes`` = UDP payload bytes sent in the bin per
+             ``"DST_ADDR:EV"`` (every job together): the traffic share of each path.
 ``rtt``      job, peer, per bin: ``n`` samples, ``min``/``p50``/``max`` and a few raw samples.
 ``msg``      job, peer, side ``tx`` (posted, acked: the sender saw every byte acknowledged) or
              ``rx`` (delivered), msg_id, bytes.

@@ -706,6 +706,9 @@ class Job:
             "messages_rx": self.messages_rx,
             "bytes_rx": self.bytes_rx,
             "unacked_messages": len(self._posted),
+            # (posted at, bytes) of each message still in flight: a run cut off at its deadline
+            # still knows what was outstanding (stalls, never-delivered data).
+            "unacked": [[t, n] for t, n in self._posted.values()],
             **self.role.summary(),
         }
 

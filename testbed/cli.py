@@ -44,26 +44,29 @@ def params_from_args(args: argparse.Namespace) -> TopologyParams:
     return p
 
 
-def cmd_up(args: argparse.Namespace) -> int:
-    params = params_from_args(args)  # validate before anything is created
-    check_name(args.name)
+def bring_up(name: str, params: TopologyParams, seed: int = 1) -> FabricState:
+    """Start a detached supervisor for fabric `name` and return once it forwards.
+
+    On failure or Ctrl-C everything of `name` is removed before the error propagates.
+    """
+    check_name(name)
     _need_root("testbed up")
-    directory = run_dir(args.name)
+    directory = run_dir(name)
     if directory.exists():
         try:
             st = FabricState.load(directory)
             if any(p.role == "supervisor" and p.alive() for p in st.processes):
                 raise CliError(
-                    f"--name: fabric {args.name!r} is already up (testbed down --name {args.name})"
+                    f"--name: fabric {name!r} is already up (testbed down --name {name})"
                 )
         except StateError:
             pass
         from testbed.cleanup import clean_fabric
 
-        clean_fabric(args.name)  # stale leftovers of a crashed run of the same name
+        clean_fabric(name)  # stale leftovers of a crashed run of the same name
     directory.mkdir(parents=True, mode=0o700)
     log = open(directory / "supervisor.log", "ab")  # noqa: SIM115 - handed to the child
-    env = os.environ | {"TESTBED_FABRIC": args.name, "PYTHONPATH": _root()}
+    env = os.environ | {"TESTBED_FABRIC": name, "PYTHONPATH": _root()}
     from dataclasses import asdict
 
     proc = subprocess.Popen(
@@ -72,11 +75,11 @@ def cmd_up(args: argparse.Namespace) -> int:
             "-m",
             "testbed.supervisor",
             "--name",
-            args.name,
+            name,
             "--params",
             json.dumps(asdict(params)),
             "--seed",
-            str(args.seed),
+            str(seed),
         ],
         stdin=subprocess.DEVNULL,
         stdout=log,
@@ -102,11 +105,11 @@ def cmd_up(args: argparse.Namespace) -> int:
                 proc.wait(10)
                 from testbed.cleanup import clean_fabric
 
-                clean_fabric(args.name)
-                raise CliError(f"fabric {args.name!r} failed to start: {msg or tail}")
+                clean_fabric(name)
+                raise CliError(f"fabric {name!r} failed to start: {msg or tail}")
             if time.monotonic() - t0 > UP_TIMEOUT_S:
                 raise CliError(
-                    f"fabric {args.name!r} not up after {UP_TIMEOUT_S:g}s (see {directory}/supervisor.log)"
+                    f"fabric {name!r} not up after {UP_TIMEOUT_S:g}s (see {directory}/supervisor.log)"
                 )
     except (KeyboardInterrupt, CliError):
         if proc.poll() is None:
@@ -117,8 +120,15 @@ def cmd_up(args: argparse.Namespace) -> int:
                 pass
         from testbed.cleanup import clean_fabric
 
-        clean_fabric(args.name)
+        clean_fabric(name)
         raise
+    return st
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    params = params_from_args(args)  # validate before anything is created
+    t0 = time.monotonic()
+    st = bring_up(args.name, params, args.seed)
     fab = leaf_spine(params)
     print(
         f"fabric {args.name!r} up in {time.monotonic() - t0:.1f}s: {len(fab.hosts())} hosts, "
@@ -276,11 +286,11 @@ def cmd_counters(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_down(args: argparse.Namespace) -> int:
-    _need_root("testbed down")
-    directory = run_dir(args.name)
-    if not directory.exists():
-        raise CliError(f"--name: no fabric named {args.name!r} is up")
+def tear_down(name: str) -> None:
+    """Stop fabric `name` through its supervisor, then remove whatever is left of it.
+
+    Raises CliError naming what could not be removed."""
+    directory = run_dir(name)
     try:
         supervisor = [
             p.pid for p in FabricState.load(directory).processes if p.role == "supervisor"
@@ -288,7 +298,7 @@ def cmd_down(args: argparse.Namespace) -> int:
     except StateError:
         supervisor = []
     try:
-        client.call(args.name, {"op": "down"}, timeout=5)
+        client.call(name, {"op": "down"}, timeout=5)
         deadline = time.monotonic() + 20
         from testbed.cleanup import _exists
 
@@ -300,10 +310,17 @@ def cmd_down(args: argparse.Namespace) -> int:
         pass  # supervisor gone: clean up from the state file below
     from testbed.cleanup import clean_fabric, leftovers
 
-    clean_fabric(args.name)  # anything the supervisor could not remove
-    left = leftovers(args.name)
+    clean_fabric(name)  # anything the supervisor could not remove
+    left = leftovers(name)
     if left:
         raise CliError(f"down: left behind {left}")
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    _need_root("testbed down")
+    if not run_dir(args.name).exists():
+        raise CliError(f"--name: no fabric named {args.name!r} is up")
+    tear_down(args.name)
     print(f"fabric {args.name!r} down; nothing left behind")
     return 0
 
@@ -325,6 +342,81 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     print(format_catalog(list_scenarios()))
     return 0
+
+
+def _load_for_run(args: argparse.Namespace):
+    """Find and validate the scenario (and `--quick` it) before anything is created."""
+    from testbed.scenario import ScenarioError, lint, load_scenario, quick
+    from testbed.scenarios_catalog import find_scenario
+
+    try:
+        path = find_scenario(args.scenario)
+    except (FileNotFoundError, ValueError) as exc:
+        raise CliError(f"scenario: {exc}") from None
+    try:
+        sc = load_scenario(path)
+        if args.quick:
+            sc = quick(sc)
+    except ScenarioError as exc:
+        raise CliError(str(exc)) from None
+    for warning in lint(sc):
+        print(f"testbed: warning: {warning}", file=sys.stderr)
+    return sc
+
+
+def _finish_run(outcome, args: argparse.Namespace) -> int:
+    from testbed.report import print_comparison
+
+    print()
+    print_comparison(outcome.summary, outcome.metrics)
+    print(f"\nresults: {outcome.out_dir}")
+    print(f"  report:  {outcome.out_dir / 'report.md'}")
+    print(f"  summary: {outcome.out_dir / 'summary.json'}")
+    for caption, path in outcome.plots.items():
+        print(f"  plot:    {path}  ({caption})")
+    judged = ", ".join(outcome.judged)
+    if outcome.passed:
+        print(f"expectations met ({judged})")
+        return 0
+    failed = [
+        f"{t}: {c['name']} = {c['value']} (limit {c['limit']})"
+        for t in outcome.judged
+        for c in outcome.summary["transports"][t]["expectations"]["checks"]
+        if not c["passed"]
+    ]
+    print("expectations NOT met: " + "; ".join(failed))
+    return 1
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from testbed.runner import default_out_dir, run_scenario, transports_arg
+
+    sc = _load_for_run(args)
+    try:
+        transports = transports_arg(args.transport) if args.transport else sc.transports
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    _need_root("testbed run")
+    out = Path(args.out) if args.out else default_out_dir(sc)
+    return _finish_run(run_scenario(sc, transports, out), args)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from testbed.runner import default_out_dir, run_scenario, transports_arg
+
+    sc = _load_for_run(args)
+    try:
+        transports = transports_arg(args.transports)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    _need_root("testbed compare")
+    out = Path(args.out) if args.out else default_out_dir(sc)
+    judged = [t for t in transports if t in sc.transports]
+    return _finish_run(run_scenario(sc, transports, out, judged=judged), args)
 
 
 def cmd_cli(args: argparse.Namespace) -> int:
@@ -447,6 +539,26 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("list", help="shipped scenarios with one-line descriptions").set_defaults(
         func=cmd_list
     )
+
+    for cmd in ("run", "compare"):
+        helps = {
+            "run": "run a scenario; exit 0 iff its expectations hold",
+            "compare": "run a scenario once per transport, side by side",
+        }
+        rp = sub.add_parser(cmd, help=helps[cmd])
+        rp.add_argument("scenario", help="a YAML file, or the name of a shipped scenario")
+        rp.add_argument("--out", help="results folder (default results/NAME-TIMESTAMP)")
+        rp.add_argument("--quick", action="store_true", help="a quarter of the timeline (tests)")
+        if cmd == "run":
+            rp.add_argument("--transport", help="run this transport (or a,b,...) instead")
+            rp.set_defaults(func=cmd_run)
+        else:
+            rp.add_argument(
+                "--transports",
+                default="mrc,single-path,spray-no-failover,tcp,mptcp",
+                help="comma-separated (default: all five)",
+            )
+            rp.set_defaults(func=cmd_compare)
 
     be = sub.add_parser("bench", help="benchmarks with same-run baselines")
     be.add_argument("what", choices=["switch", "endpoint", "fabric", "failover"])

@@ -136,6 +136,7 @@ class Supervisor:
         except (failures.FailureError, TypeError) as exc:
             return {"ok": False, "error": str(exc)}
         applied_at = time.time()
+        requested = time.monotonic()
         if p.flap is not None:
             self._start_flap(p)
         else:
@@ -144,7 +145,15 @@ class Supervisor:
                 return {"ok": False, "error": err}
             if p.action in ("heal", "link-up") and p.link in self.flaps:
                 self.flaps.pop(p.link).set()
-        return {"ok": True, "applied_at": applied_at, "steps": len(p.steps)}
+        # CLOCK_MONOTONIC is shared by every namespace: the runner lines these up with the
+        # endpoints' records. `applied_mono` is when the last switch acknowledged its step.
+        return {
+            "ok": True,
+            "applied_at": applied_at,
+            "requested_mono": requested,
+            "applied_mono": time.monotonic(),
+            "steps": len(p.steps),
+        }
 
     def apply(self, steps: list) -> str | None:
         errors = []

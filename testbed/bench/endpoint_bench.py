@@ -178,13 +178,22 @@ def fabric_endpoint_config(fab, hosts: list[str] | None = None, **extra) -> dict
 class FabricEndpoints(EndpointProcs):
     """One endpoint process in each given host of a running fabric (started with mnexec)."""
 
-    def __init__(self, name: str, fab, hosts: list[str] | None = None, **config_extra) -> None:
+    def __init__(
+        self,
+        name: str,
+        fab,
+        hosts: list[str] | None = None,
+        workdir: str | None = None,
+        **config_extra,
+    ) -> None:
         from testbed import client
 
         st = client.state(name)
         hosts = hosts or fab.hosts()
         launch = {h: ["mnexec", "-a", str(st.nodes[h]["pid"])] for h in hosts}
-        super().__init__(fabric_endpoint_config(fab, fab.hosts(), **config_extra), launch)
+        super().__init__(
+            fabric_endpoint_config(fab, fab.hosts(), **config_extra), launch, workdir=workdir
+        )
 
 
 # ----- running a job and measuring it -----------------------------------------------------------

@@ -513,7 +513,15 @@ class SwitchDut(Dut):
         cfg = bed.dir / f"{self.name}.json"
         cfg.write_text(self.config().to_json())
         self.control = str(bed.dir / f"{self.name}.sock")
-        argv = [os.environ.get("TESTBED_SWITCH_PYTHON", sys.executable), "-m", "switch", "--config", str(cfg), "--control", self.control]
+        argv = [
+            os.environ.get("TESTBED_SWITCH_PYTHON", sys.executable),
+            "-m",
+            "switch",
+            "--config",
+            str(cfg),
+            "--control",
+            self.control,
+        ]
         self.proc = bed.spawn("dut", argv, bed.dut_cpu, self.name)
         bed.wait_line(self.proc, "forwarding on")
 

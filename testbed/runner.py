@@ -1,0 +1,642 @@
+"""`testbed run` and `testbed compare`: a scenario file becomes runs, a results folder and an
+exit code a script can trust.
+
+One run per transport, each on a fabric of its own (built from the scenario's topology and seed,
+torn down after), so no transport inherits another's queues, counters or half-healed links:
+
+1. the scenario is validated whole before anything is created (`load_scenario`);
+2. `bring_up` builds the fabric; the endpoint processes (``mrc``, ``single-path``,
+   ``spray-no-failover``) or the kernel baselines (``tcp``, ``mptcp``:
+   `testbed.kernel_baseline`) are started in the workload's hosts;
+3. the workload starts everywhere at once (t0); a timeline thread applies each event at
+   ``t0 + at`` through the supervisor and records when the last switch acknowledged it
+   (``applied_at``, CLOCK_MONOTONIC, shared by every namespace); a monitor thread samples the
+   switch queues, a timer-jitter probe and the live goodput;
+4. the run ends when the workload is done or ``duration_s`` has passed; counters and the
+   endpoints' JSON-lines metrics are collected, and everything is torn down -- on success,
+   on an exception and on Ctrl-C alike (``finally``), so `testbed clean` finds nothing;
+5. `testbed.metrics` turns what was collected into summary.json, `testbed.report` and
+   `testbed.plots` into report.md, CSVs and PNGs.
+
+The exit code is 0 iff every transport that ran met every expectation (`compare` reports the
+baselines without judging them: only the scenario's own ``transport`` list is held to them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TextIO
+
+from testbed import client
+from testbed.metrics import (
+    AppliedEvent,
+    Emulation,
+    Message,
+    TransportMetrics,
+    TransportRun,
+    build_summary,
+    emulation_warning,
+    measure,
+)
+from testbed.scenario import (
+    AllreduceWorkload,
+    Event,
+    Scenario,
+    flows,
+    workload_hosts,
+)
+
+ENDPOINT_TRANSPORTS = ("mrc", "single-path", "spray-no-failover")
+KERNEL_TRANSPORTS = ("tcp", "mptcp")
+JOB = 1
+MONITOR_S = 0.25  # switch queue sampling and progress refresh
+JITTER_TICK_S = 0.002  # the jitter probe's sleep
+WAIT_GRACE_S = 0.5  # after duration_s, how long a finishing workload may still take to report
+
+
+class RunError(RuntimeError):
+    """A run could not be carried out (the fabric or a process failed): one line, why."""
+
+
+# ----- what one transport's run collected ------------------------------------------------------
+
+
+@dataclass
+class RunResult:
+    """Raw material of one transport's run, before `measure`."""
+
+    transport: str
+    run: TransportRun
+    applied: list[AppliedEvent]
+    emulation: Emulation
+    port_queues: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
+    port_counters: dict[str, dict] = field(default_factory=dict)
+    note: str = ""
+
+
+# ----- progress --------------------------------------------------------------------------------
+
+
+class Progress:
+    """One line per transport start, event and end; a live line on a terminal (rich), plain
+    lines every few seconds otherwise (CI logs)."""
+
+    def __init__(self, stream: TextIO | None = None, live: bool | None = None) -> None:
+        self.stream = stream or sys.stdout
+        self.live = self.stream.isatty() if live is None else live
+        self._rich = None
+        self._last_plain = 0.0
+
+    def line(self, text: str) -> None:
+        if self._rich is not None:
+            self._rich.console.print(text)
+        else:
+            print(text, file=self.stream, flush=True)
+
+    def begin(self, title: str) -> None:
+        self.line(title)
+        if self.live:
+            from rich.live import Live
+
+            self._rich = Live("", refresh_per_second=4, transient=True)
+            self._rich.start()
+
+    def status(self, elapsed: float, duration: float, next_event: str, mbps: float | None) -> None:
+        rate = "—" if mbps is None else f"{mbps:6.1f} Mbps"
+        text = f"  t={elapsed:5.1f}/{duration:g}s  goodput {rate}  next: {next_event}"
+        if self._rich is not None:
+            self._rich.update(text)
+        elif elapsed - self._last_plain >= 2.0 or elapsed < self._last_plain:
+            self._last_plain = elapsed
+            self.line(text)
+
+    def end(self) -> None:
+        if self._rich is not None:
+            self._rich.stop()
+            self._rich = None
+        self._last_plain = 0.0
+
+
+# ----- helpers on a running fabric -------------------------------------------------------------
+
+
+def ctl_request(event: Event) -> dict:
+    """The supervisor request applying one scenario event (the same plan `testbed ctl` uses)."""
+    return {"op": "ctl", **event.plan_kwargs()}
+
+
+def endpoint_workload(sc: Scenario) -> dict:
+    """The endpoint job's workload: the scenario's traffic matrix, one definition for both."""
+    w = sc.workload
+    if isinstance(w, AllreduceWorkload):
+        return {
+            "kind": "allreduce",
+            "hosts": workload_hosts(sc),
+            "bytes": w.bytes,
+            "steps": w.steps,
+        }
+    return {"kind": "flows", "flows": [[f.src, f.dst, f.bytes] for f in flows(sc)]}
+
+
+def _cpu_times() -> tuple[float, float]:
+    """(busy, total) jiffies of all cores, from /proc/stat."""
+    with open("/proc/stat") as f:
+        parts = [int(x) for x in f.readline().split()[1:]]
+    idle = parts[3] + (parts[4] if len(parts) > 4 else 0)
+    return float(sum(parts) - idle), float(sum(parts))
+
+
+def _host_udp_drops(name: str, hosts: Sequence[str]) -> int:
+    """UDP datagrams the hosts' kernels dropped for a full receive or send buffer (per netns)."""
+    st = client.state(name)
+    total = 0
+    for h in hosts:
+        try:
+            out = subprocess.run(
+                ["mnexec", "-a", str(st.nodes[h]["pid"]), "cat", "/proc/net/snmp"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout
+        except (subprocess.SubprocessError, OSError, KeyError):
+            continue
+        rows = [line.split() for line in out.splitlines() if line.startswith("Udp:")]
+        if len(rows) >= 2:
+            stats = dict(zip(rows[0][1:], rows[1][1:], strict=False))
+            total += int(stats.get("RcvbufErrors", 0)) + int(stats.get("SndbufErrors", 0))
+    return total
+
+
+class Monitor(threading.Thread):
+    """Samples switch queue depths, the machine's timer lateness and the live goodput."""
+
+    def __init__(
+        self,
+        name: str,
+        t0: float,
+        duration: float,
+        progress: Progress,
+        live_bytes: Callable[[], int] | None,
+        next_event: Callable[[], str],
+    ) -> None:
+        super().__init__(daemon=True, name="monitor")
+        self.fabric_name = name
+        self.t0 = t0
+        self.duration = duration
+        self.progress = progress
+        self.live_bytes = live_bytes
+        self.next_event = next_event
+        self.stop_flag = threading.Event()
+        self.queues: dict[str, tuple[list[float], list[float]]] = {}
+        self.late_us: list[float] = []
+        self.errors = 0
+
+    def run(self) -> None:
+        next_sample = time.monotonic()
+        last_bytes, last_t = 0, time.monotonic()
+        while not self.stop_flag.is_set():
+            before = time.monotonic()
+            time.sleep(JITTER_TICK_S)
+            self.late_us.append(max(0.0, (time.monotonic() - before - JITTER_TICK_S) * 1e6))
+            now = time.monotonic()
+            if now < next_sample:
+                continue
+            next_sample = now + MONITOR_S
+            try:
+                counters = client.call(
+                    self.fabric_name, {"op": "counters", "node": None}, timeout=5
+                )["counters"]
+            except (client.ClientError, KeyError, OSError):
+                self.errors += 1
+                counters = {}
+            t = now - self.t0
+            for sw in counters.values():
+                for port, pc in sw.get("ports", {}).items():
+                    times, depth = self.queues.setdefault(port, ([], []))
+                    times.append(t)
+                    depth.append(float(pc.get("queue_bytes", 0)))
+            mbps = None
+            if self.live_bytes is not None:
+                got = self.live_bytes()
+                dt = max(now - last_t, 1e-3)
+                mbps = (got - last_bytes) * 8 / dt / 1e6
+                last_bytes, last_t = got, now
+            self.progress.status(t, self.duration, self.next_event(), mbps)
+
+    def jitter_p99_us(self) -> float:
+        late = sorted(self.late_us)
+        return late[int(0.99 * (len(late) - 1))] if late else 0.0
+
+
+class Timeline(threading.Thread):
+    """Applies the scenario's events at t0 + at and records when each took effect."""
+
+    def __init__(self, name: str, events: Sequence[Event], t0: float, progress: Progress) -> None:
+        super().__init__(daemon=True, name="timeline")
+        self.fabric_name = name
+        self.events = list(events)
+        self.t0 = t0
+        self.progress = progress
+        self.applied: dict[int, float] = {}
+        self.errors: list[str] = []
+        self.cancel = threading.Event()
+        self.index = 0
+
+    def next_event(self) -> str:
+        if self.index >= len(self.events):
+            return "—"
+        e = self.events[self.index]
+        return f"{e.describe()} at {e.at:g}s"
+
+    def run(self) -> None:
+        for i, e in enumerate(self.events):
+            self.index = i
+            if self.cancel.wait(max(0.0, self.t0 + e.at - time.monotonic())):
+                return
+            try:
+                reply = client.call(self.fabric_name, ctl_request(e), timeout=10)
+            except client.ClientError as exc:
+                self.errors.append(f"events[{i}] {e.describe()}: {exc}")
+                continue
+            if not reply.get("ok"):
+                self.errors.append(f"events[{i}] {e.describe()}: {reply.get('error')}")
+                continue
+            self.applied[i] = reply.get("applied_mono", time.monotonic()) - self.t0
+            self.progress.line(
+                f"  {self.applied[i]:7.3f}s applied {e.describe()} (planned {e.at:g}s)"
+            )
+        self.index = len(self.events)
+
+    def results(self) -> list[AppliedEvent]:
+        return [AppliedEvent(e, self.applied.get(i)) for i, e in enumerate(self.events)]
+
+
+# ----- endpoint metrics → TransportRun ---------------------------------------------------------
+
+
+class _LiveBytes:
+    """Bytes placed so far at the receivers, read incrementally from their metrics files."""
+
+    def __init__(self, paths: Sequence[Path]) -> None:
+        self.offsets = dict.fromkeys(paths, 0)
+        self.total = 0
+
+    def __call__(self) -> int:
+        for p, off in self.offsets.items():
+            try:
+                with open(p, "rb") as f:
+                    f.seek(off)
+                    data = f.read()
+            except OSError:
+                continue
+            end = data.rfind(b"\n") + 1
+            self.offsets[p] = off + end
+            for line in data[:end].splitlines():
+                if b'"type": "bin"' not in line and b'"type":"bin"' not in line:
+                    continue
+                with contextlib.suppress(ValueError):
+                    self.total += json.loads(line).get("placed", 0)
+        return self.total
+
+
+def endpoint_run(
+    transport: str,
+    records: dict[str, list[dict]],
+    statuses: dict[str, dict],
+    t0: float,
+    end_s: float,
+    path_of: Callable[[str, str, int], str] | None = None,
+) -> TransportRun:
+    """What `measure` needs, from every host's metrics records and final job status."""
+    from endpoint.metrics import placed_samples
+
+    deliveries: list[tuple[float, int]] = []
+    messages: list[Message] = []
+    retransmits: dict[str, int] = {}
+    steps: list[tuple[float, float | None]] = []
+    ev_bins: dict[str, dict[int, float]] = {}
+    for host, recs in records.items():
+        deliveries += [(t - t0, n) for t, n in placed_samples(recs, JOB)]
+        last: dict[tuple, dict] = {}
+        for r in recs:
+            kind = r.get("type")
+            if kind == "evtx" and path_of is not None:
+                k = int(round((r["t"] - t0) / r["dt"]))
+                if k < 0:
+                    continue
+                for key, n in r["bytes"].items():
+                    addr, _, ev = key.rpartition(":")
+                    path = path_of(host, addr, int(ev))
+                    ev_bins.setdefault(path, {})
+                    ev_bins[path][k] = ev_bins[path].get(k, 0.0) + n
+                continue
+            if r.get("job") != JOB:
+                continue
+            if kind == "msg" and r["side"] == "tx":
+                messages.append(Message(r["posted"] - t0, r["bytes"], r["acked"] - t0))
+            elif kind == "counters":
+                last[(r["peer"], r["qp"])] = r
+            elif kind == "step":
+                steps.append((r["start"] - t0, r["end"] - t0))
+        for r in last.values():
+            for k, v in r["retransmits"].items():
+                retransmits[k] = retransmits.get(k, 0) + v
+        st = statuses.get(host, {})
+        for posted, nbytes in st.get("unacked", []):
+            messages.append(Message(posted - t0, nbytes, None))
+    for st in statuses.values():
+        if "global_steps" in st and st.get("rank") == 0:
+            finished = st.get("steps_finished", len(steps))
+            if finished < st.get("steps", finished):
+                begin = max((e for _, e in steps if e is not None), default=0.0)
+                steps.append((begin, None))  # the step in progress at the deadline
+    deliveries.sort()
+    steps.sort()
+    nbins = int(math.ceil(end_s / 0.010)) + 1
+    ev_bytes = {p: [b.get(k, 0.0) for k in range(nbins)] for p, b in sorted(ev_bins.items())}
+    return TransportRun(
+        transport=transport,
+        deliveries=deliveries,
+        messages=messages,
+        end_s=end_s,
+        retransmits=retransmits,
+        steps=steps,
+        ev_bytes=ev_bytes,
+    )
+
+
+def _path_namer(sc: Scenario, seed: int) -> Callable[[str, str, int], str]:
+    """(sending host, destination address, EV) -> "via spine1" (or the leaf, within one leaf),
+    with the switches' own hash: the path each EV's packets took on the healthy fabric."""
+    from testbed.paths import predict_path
+
+    fab = sc.fabric()
+    by_addr = {
+        i.ip.split("/")[0]: (h, i.plane) for h in fab.hosts() for i in fab.interfaces[h] if i.ip
+    }
+    cache: dict[tuple, str] = {}
+
+    def name(src: str, addr: str, ev: int) -> str:
+        key = (src, addr, ev)
+        if key not in cache:
+            dst, plane = by_addr.get(addr, (None, 1))
+            if dst is None:
+                cache[key] = addr
+            else:
+                nodes = predict_path(fab, src, dst, ev, 4791, plane=plane, seed=seed)
+                spines = [n for n in nodes if fab.nodes[n].kind == "spine"]
+                cache[key] = f"via {spines[0]}" if spines else f"via {nodes[1]}"
+        return cache[key]
+
+    return name
+
+
+def _keep_files(src: Path, dst: Path) -> None:
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.suffix in (".jsonl", ".log"):
+            shutil.copy2(f, dst / f.name)
+
+
+# ----- one transport ---------------------------------------------------------------------------
+
+
+def fabric_name() -> str:
+    return "r" + uuid.uuid4().hex[:6]
+
+
+def run_transport(sc: Scenario, transport: str, workdir: Path, progress: Progress) -> RunResult:
+    """Build a fabric, run the workload under the timeline, collect, tear down (always)."""
+    from testbed.cli import bring_up, tear_down
+
+    name = fabric_name()
+    hosts = workload_hosts(sc)
+    fab = sc.fabric()
+    workdir.mkdir(parents=True, exist_ok=True)
+    progress.begin(f"[{transport}] fabric {name}: {sc.topology.spines} spines, "
+                   f"{sc.topology.leaves} leaves, {len(fab.hosts())} hosts; {sc.duration_s:g}s")  # fmt: skip
+    eps = baseline = timeline = monitor = None
+    cpu0 = _cpu_times()
+    try:
+        bring_up(name, sc.topology.params(), sc.seed)
+        if transport in ENDPOINT_TRANSPORTS:
+            from testbed.bench.endpoint_bench import FabricEndpoints
+
+            # Sockets live in a short temporary path (AF_UNIX paths are limited to 108 bytes);
+            # the metrics files are copied into the results folder once the run is over.
+            eps = FabricEndpoints(name, fab, hosts, pace_mbps=sc.topology.link_mbps)
+            co = eps.coordinator
+            co.start(JOB, {"workload": endpoint_workload(sc), "mode": transport})
+            cpu0 = _cpu_times()
+            t0 = min(co.go(JOB).values())
+            live = _LiveBytes([eps.metrics_path(h) for h in hosts])
+        else:
+            from testbed.kernel_baseline import KernelBaseline
+
+            baseline = KernelBaseline(name, sc, transport, workdir / "kernel")
+            baseline.prepare()
+            cpu0 = _cpu_times()
+            t0 = baseline.go()
+            live = None
+        timeline = Timeline(name, sc.timeline(), t0, progress)
+        timeline.start()
+        monitor = Monitor(name, t0, sc.duration_s, progress, live, timeline.next_event)
+        monitor.start()
+        deadline = t0 + sc.duration_s
+        if eps is not None:
+            statuses = eps.coordinator.wait(JOB, timeout=max(0.0, deadline - time.monotonic()))
+            completed = all(s.get("done") for s in statuses.values())
+        else:
+            completed = baseline.wait(deadline)
+            statuses = {}
+        end_s = min(time.monotonic(), deadline + WAIT_GRACE_S) - t0
+        cpu1 = _cpu_times()
+        timeline.cancel.set()
+        monitor.stop_flag.set()
+        timeline.join(5)
+        monitor.join(5)
+        switch = client.call(name, {"op": "counters", "node": None}, timeout=10)["counters"]
+        host_drops = _host_udp_drops(name, hosts)
+        endpoint_late: list[float] = []
+        if eps is not None:
+            stats = eps.coordinator.stats()
+            endpoint_late = [r["process"].get("timer_late_us_p99", 0.0) for r in stats.values()]
+            eps.stop()
+            records = {h: eps.records(h) for h in hosts}
+            _keep_files(eps.dir, workdir / "endpoints")
+            run = endpoint_run(transport, records, statuses, t0, end_s, _path_namer(sc, sc.seed))
+        else:
+            run = baseline.collect(t0, end_s)
+        run.trims = sum(p["trims"] for c in switch.values() for p in c["ports"].values())
+        busy = cpu1[0] - cpu0[0]
+        total = max(cpu1[1] - cpu0[1], 1.0)
+        switch_late = [c.get("timer_late_us_p99", 0.0) for c in switch.values()]
+        emulation = Emulation(
+            cpu_util=busy / total,
+            timer_jitter_us_p99=max([monitor.jitter_p99_us(), *switch_late, *endpoint_late]),
+            kernel_drops=sum(c.get("kernel_drops", 0) for c in switch.values()) + host_drops,
+        )
+        port_counters = {
+            port: {"trims": pc["trims"], "drops": pc["drops"]}
+            for c in switch.values()
+            for port, pc in c["ports"].items()
+        }
+        note = "; ".join(timeline.errors)
+        if not completed:
+            note = (note + "; " if note else "") + f"workload not finished in {sc.duration_s:g}s"
+        (workdir / "switch_counters.json").write_text(json.dumps(switch, indent=1))
+        return RunResult(
+            transport, run, timeline.results(), emulation, monitor.queues, port_counters, note
+        )
+    finally:
+        if timeline is not None:
+            timeline.cancel.set()
+        if monitor is not None:
+            monitor.stop_flag.set()
+        progress.end()
+        if eps is not None:
+            with contextlib.suppress(Exception):
+                eps.stop()
+            eps.cleanup()
+        if baseline is not None:
+            with contextlib.suppress(Exception):
+                baseline.stop()
+        with contextlib.suppress(Exception):
+            tear_down(name)
+        from testbed.cleanup import clean_fabric
+
+        clean_fabric(name)
+
+
+# ----- a whole run -----------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    summary: dict[str, Any]
+    metrics: dict[str, TransportMetrics]
+    out_dir: Path
+    plots: dict[str, Path]
+    judged: list[str]
+
+    @property
+    def passed(self) -> bool:
+        return all(
+            self.summary["transports"][t]["expectations"]["passed"]
+            for t in self.judged
+            if t in self.summary["transports"]
+        )
+
+
+def default_out_dir(sc: Scenario, root: Path | None = None) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return (root or Path("results")) / f"{sc.name}-{stamp}"
+
+
+def run_scenario(
+    sc: Scenario,
+    transports: Sequence[str],
+    out_dir: Path,
+    *,
+    judged: Sequence[str] | None = None,
+    progress: Progress | None = None,
+) -> Outcome:
+    """Run `sc` once per transport and write the results folder; nothing is left running."""
+    progress = progress or Progress()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started = datetime.now(timezone.utc)
+    results: dict[str, RunResult] = {}
+    for t in transports:
+        results[t] = run_transport(sc, t, out_dir / "raw" / t, progress)
+        if results[t].note:
+            progress.line(f"[{t}] note: {results[t].note}")
+    metrics = {t: measure(r.run, sc, r.applied) for t, r in results.items()}
+    first = results[transports[0]]
+    emus = [r.emulation for r in results.values()]
+    emulation = Emulation(
+        cpu_util=statistics.fmean(e.cpu_util for e in emus),
+        timer_jitter_us_p99=max(e.timer_jitter_us_p99 for e in emus),
+        kernel_drops=sum(e.kernel_drops for e in emus),
+    )
+    summary = build_summary(
+        sc, events=first.applied, transports=metrics, emulation=emulation, started=started
+    )
+    for t, r in results.items():
+        entry = summary["transports"][t]
+        entry["applied_events"] = [
+            None if a.applied_at is None else round(a.applied_at, 4) for a in r.applied
+        ]
+        entry["emulation"] = {
+            "cpu_util": round(r.emulation.cpu_util, 3),
+            "timer_jitter_us_p99": round(r.emulation.timer_jitter_us_p99, 1),
+            "kernel_drops": r.emulation.kernel_drops,
+        }
+        if r.note:
+            entry["note"] = r.note
+    from testbed.plots import event_marks, plot_run
+    from testbed.report import write_report, write_summary, write_timeseries_csv
+
+    write_summary(out_dir, summary)
+    write_timeseries_csv(out_dir, metrics)
+    plots = plot_run(
+        out_dir,
+        metrics,
+        events=event_marks(first.applied),
+        port_queues=first.port_queues,
+        port_counters=first.port_counters,
+        queue_limit_kb=sc.topology.queue_kb,
+        title=f"{sc.name} ({transports[0]})" if len(transports) == 1 else sc.name,
+    )
+    write_report(out_dir, summary, scenario=sc, metrics=metrics, plots=plots)
+    warning = emulation_warning(emulation)
+    if warning:
+        progress.line(warning)
+    return Outcome(summary, metrics, out_dir, plots, list(judged or transports))
+
+
+def remove_raw(out_dir: Path) -> None:
+    """Drop the raw per-process files (kept by default for whoever wants to dig)."""
+    shutil.rmtree(out_dir / "raw", ignore_errors=True)
+
+
+def transports_arg(text: str) -> list[str]:
+    """`--transports a,b,c`, validated: one line naming a bad one."""
+    from testbed.scenario import TRANSPORTS
+
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    for t in names:
+        if t not in TRANSPORTS:
+            raise ValueError(
+                f"--transports: unknown transport {t!r} (one of {', '.join(TRANSPORTS)})"
+            )
+    if not names:
+        raise ValueError("--transports: empty list")
+    return list(dict.fromkeys(names))
+
+
+__all__ = [
+    "ENDPOINT_TRANSPORTS",
+    "KERNEL_TRANSPORTS",
+    "Outcome",
+    "Progress",
+    "RunError",
+    "default_out_dir",
+    "endpoint_run",
+    "endpoint_workload",
+    "run_scenario",
+    "run_transport",
+    "transports_arg",
+]
