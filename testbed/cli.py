@@ -11,6 +11,7 @@ import sys
 import time
 
 from testbed import client
+from testbed.runner_errors import RunError
 from testbed.state import DEFAULT_NAME, RUN_ROOT, FabricState, StateError, check_name, run_dir
 from topologies import TopologyError, TopologyParams, leaf_spine
 
@@ -573,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (CliError, TopologyError, StateError, client.ClientError) as exc:
+    except (CliError, TopologyError, StateError, client.ClientError, RunError) as exc:
         print(f"testbed: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -40,6 +40,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
+from endpoint.control import ControlError
 from testbed import client
 from testbed.metrics import (
     AppliedEvent,
@@ -51,6 +52,7 @@ from testbed.metrics import (
     emulation_warning,
     measure,
 )
+from testbed.runner_errors import RunError
 from testbed.scenario import (
     AllreduceWorkload,
     Event,
@@ -65,10 +67,6 @@ JOB = 1
 MONITOR_S = 0.25  # switch queue sampling and progress refresh
 JITTER_TICK_S = 0.002  # the jitter probe's sleep
 WAIT_GRACE_S = 0.5  # after duration_s, how long a finishing workload may still take to report
-
-
-class RunError(RuntimeError):
-    """A run could not be carried out (the fabric or a process failed): one line, why."""
 
 
 # ----- what one transport's run collected ------------------------------------------------------
@@ -355,8 +353,12 @@ def endpoint_run(
             for k, v in r["retransmits"].items():
                 retransmits[k] = retransmits.get(k, 0) + v
         st = statuses.get(host, {})
-        for posted, nbytes in st.get("unacked", []):
-            messages.append(Message(posted - t0, nbytes, None))
+        if not st.get("done"):
+            # A finished workload may still have its last barrier token in flight (all-reduce
+            # ranks are done once the DONE token came round); only an unfinished one has data
+            # outstanding.
+            for posted, nbytes in st.get("unacked", []):
+                messages.append(Message(posted - t0, nbytes, None))
     for st in statuses.values():
         if "global_steps" in st and st.get("rank") == 0:
             finished = st.get("steps_finished", len(steps))
@@ -477,6 +479,7 @@ def run_transport(sc: Scenario, transport: str, workdir: Path, progress: Progres
             eps.stop()
             records = {h: eps.records(h) for h in hosts}
             _keep_files(eps.dir, workdir / "endpoints")
+            (workdir / "job_status.json").write_text(json.dumps(statuses, indent=1, default=str))
             run = endpoint_run(transport, records, statuses, t0, end_s, _path_namer(sc, sc.seed))
         else:
             run = baseline.collect(t0, end_s)
@@ -501,6 +504,14 @@ def run_transport(sc: Scenario, transport: str, workdir: Path, progress: Progres
         return RunResult(
             transport, run, timeline.results(), emulation, monitor.queues, port_counters, note
         )
+    except (ControlError, OSError, client.ClientError) as exc:
+        dead = ""
+        if eps is not None:
+            dead = ", ".join(
+                f"{h} (exit {p.returncode})" for h, p in eps.procs.items() if p.poll() is not None
+            )
+        why = f"endpoint process died: {dead}" if dead else str(exc)
+        raise RunError(f"[{transport}] run aborted, fabric torn down: {why}") from None
     finally:
         if timeline is not None:
             timeline.cancel.set()

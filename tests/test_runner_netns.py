@@ -1,0 +1,138 @@
+"""`testbed run` on the real fabric: every shipped scenario passes in --quick form for mrc, a
+violated expectation exits non-zero, and an interrupted run leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.cleanup import leftovers
+from testbed.scenarios_catalog import list_scenarios
+from testbed.state import RUN_ROOT
+from tests.conftest import ROOT, tb
+
+pytestmark = pytest.mark.netns
+
+SHIPPED = [e.path.stem for e in list_scenarios()]
+
+
+def run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return tb("run", *args, check=False, timeout=timeout)
+
+
+def fabrics() -> set[str]:
+    return {p.name for p in RUN_ROOT.iterdir()} if RUN_ROOT.exists() else set()
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_scenario_passes_quick_for_mrc(name, tmp_path):
+    """Best of two: the machine is shared, and a run starved of CPU measures the machine."""
+    before = fabrics()
+    outputs = []
+    for attempt in range(2):
+        out = tmp_path / f"try{attempt}"
+        proc = run(name, "--quick", "--out", str(out))
+        outputs.append(proc.stdout[-1500:] + proc.stderr[-800:])
+        summary = json.loads((out / "summary.json").read_text())
+        mrc = summary["transports"]["mrc"]
+        # The results folder is complete whatever the verdict.
+        for f in ("report.md", "goodput.csv", "goodput.png"):
+            assert (out / f).is_file(), f
+        assert proc.returncode == (0 if mrc["expectations"]["passed"] else 1)
+        print(f"\n{name} try {attempt}: " + json.dumps({k: mrc[k] for k in (
+            "goodput_mbps", "max_stall_ms", "failover_ms", "step_time_ms")}) + " emulation "
+            + json.dumps(summary["emulation"]))  # fmt: skip
+        if proc.returncode == 0:
+            break
+    assert proc.returncode == 0, "\n---\n".join(outputs)
+    assert fabrics() == before, "the run left a fabric behind"
+    for e, entry in zip(summary["events"], mrc["applied_events"], strict=True):
+        # Events are applied at their time, within the control path's few milliseconds.
+        assert entry is not None and abs(entry - e["at"]) < 0.1, (e, entry)
+
+
+def test_violated_expectation_exits_non_zero(tmp_path):
+    sc = (ROOT / "scenarios" / "silent-blackhole.yaml").read_text()
+    sc = sc.replace("max_stall_ms: 50", "max_stall_ms: 0.001")
+    path = tmp_path / "strict.yaml"
+    path.write_text(sc)
+    proc = run(str(path), "--quick", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "expectations NOT met: mrc: max_stall_ms" in proc.stdout
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["transports"]["mrc"]["expectations"]["passed"] is False
+
+
+def _start_run(tmp_path: Path) -> tuple[subprocess.Popen, str]:
+    before = fabrics()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "testbed.cli", "run", "silent-blackhole", "--out",
+         str(tmp_path / "out")],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        new = fabrics() - before
+        endpoints = [
+            p for p in _children(proc.pid) if "endpoint" in _cmdline(p) and "-m" in _cmdline(p)
+        ]
+        if new and endpoints:
+            return proc, new.pop()
+        time.sleep(0.2)
+    proc.kill()
+    raise AssertionError("the run did not start its endpoints within 60 s")
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            continue
+        if ppid == pid:
+            out.append(int(entry))
+            out += _children(int(entry))
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def test_sigint_tears_everything_down(tmp_path):
+    proc, name = _start_run(tmp_path)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out
+    assert name not in fabrics()
+    assert leftovers(name) == [], leftovers(name)
+    clean = tb("clean")
+    assert name not in clean.stdout
+
+
+def test_sigkill_of_an_endpoint_fails_the_run_cleanly(tmp_path):
+    proc, name = _start_run(tmp_path)
+    victim = next(p for p in _children(proc.pid) if "endpoint" in _cmdline(p))
+    os.kill(victim, signal.SIGKILL)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode != 0, out
+    assert name not in fabrics()
+    assert leftovers(name) == [], leftovers(name)
+    clean = tb("clean")
+    assert name not in clean.stdout
