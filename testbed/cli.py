@@ -392,13 +392,14 @@ def _finish_run(outcome, args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from testbed.runner import default_out_dir, run_scenario, transports_arg
+    from testbed.runner import check_runnable, default_out_dir, run_scenario, transports_arg
 
     sc = _load_for_run(args)
     try:
         transports = transports_arg(args.transport) if args.transport else sc.transports
     except ValueError as exc:
         raise CliError(str(exc)) from None
+    check_runnable(transports)
     _need_root("testbed run")
     out = Path(args.out) if args.out else default_out_dir(sc)
     return _finish_run(run_scenario(sc, transports, out), args)
@@ -407,13 +408,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from testbed.runner import default_out_dir, run_scenario, transports_arg
+    from testbed.runner import check_runnable, default_out_dir, run_scenario, transports_arg
 
     sc = _load_for_run(args)
     try:
         transports = transports_arg(args.transports)
     except ValueError as exc:
         raise CliError(str(exc)) from None
+    check_runnable(transports)
     _need_root("testbed compare")
     out = Path(args.out) if args.out else default_out_dir(sc)
     judged = [t for t in transports if t in sc.transports]

@@ -623,6 +623,18 @@ def remove_raw(out_dir: Path) -> None:
     shutil.rmtree(out_dir / "raw", ignore_errors=True)
 
 
+def check_runnable(transports: Sequence[str]) -> None:
+    """Fail before anything is built if a transport's implementation is not installed."""
+    import importlib.util
+
+    for t in transports:
+        if t in KERNEL_TRANSPORTS and importlib.util.find_spec("testbed.kernel_baseline") is None:
+            raise RunError(
+                f"--transports: {t!r} (the iperf3/mptcpize baseline) is not available in this "
+                "version; run mrc, single-path and spray-no-failover"
+            )
+
+
 def transports_arg(text: str) -> list[str]:
     """`--transports a,b,c`, validated: one line naming a bad one."""
     from testbed.scenario import TRANSPORTS
