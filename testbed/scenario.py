@@ -48,12 +48,14 @@ RECOVERY_ACTIONS = frozenset({"link-up", "heal", "switch-up", "plane-up"})
 QUICK_FACTOR = 0.25
 """`--quick` shortens the timeline to a quarter; see `quick()` for what is scaled and why."""
 
-EMULATION_BUDGET_MBPS = 160.0
+EMULATION_BUDGET_MBPS = 80.0
 """Aggregate ideal goodput above which `lint` warns that two cores may not keep up.
 
-Provisional: a conservative estimate from DESIGN.md's per-packet costs (~60 us of CPU per
-1400 B packet across three switch hops and two endpoints, two cores, half kept as headroom).
-Replace it with the figure `testbed bench fabric` measures on the target machine.
+Measured with `testbed run --quick` on this 2-core machine (docs/scenario-format.md, "Emulator
+capacity"): four cross-leaf flows at 25 Mbps (100 Mbps in aggregate) reached 36-66% of the
+ideal with the CPU 93% busy, at 10 Mbps (40 in aggregate) 66-79%; a four-rank all-reduce at
+80 Mbps in aggregate 57-62%. No run had kernel drops: the machine runs out of CPU time (and
+the endpoints' timers get late) before its sockets overflow.
 """
 
 
