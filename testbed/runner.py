@@ -618,11 +618,6 @@ def run_scenario(
     return Outcome(summary, metrics, out_dir, plots, list(judged or transports))
 
 
-def remove_raw(out_dir: Path) -> None:
-    """Drop the raw per-process files (kept by default for whoever wants to dig)."""
-    shutil.rmtree(out_dir / "raw", ignore_errors=True)
-
-
 def check_runnable(transports: Sequence[str]) -> None:
     """Fail before anything is built if a transport's implementation is not installed."""
     import importlib.util
