@@ -136,3 +136,19 @@ def test_sigkill_of_an_endpoint_fails_the_run_cleanly(tmp_path):
     assert leftovers(name) == [], leftovers(name)
     clean = tb("clean")
     assert name not in clean.stdout
+
+
+@pytest.mark.parametrize("transport", ["tcp", "mptcp"])
+def test_kernel_baselines_run_under_the_same_timeline(transport, tmp_path):
+    """iperf3 (tcp) and mptcpize iperf3 (mptcp) through the runner: every byte arrives, the
+    events are applied, and goodput stays under the links' capacity."""
+    out = tmp_path / transport
+    proc = run("link-failure", "--quick", "--transport", transport, "--out", str(out))
+    summary = json.loads((out / "summary.json").read_text())
+    entry = summary["transports"][transport]
+    print(f"\n{transport}: " + json.dumps({k: entry[k] for k in (
+        "goodput_mbps", "max_stall_ms", "failover_ms", "retransmits")}))  # fmt: skip
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    assert entry["lost_bytes"] == 0 and entry["delivered_bytes"] > 0, entry
+    assert entry["goodput_mbps"] <= entry["bottleneck_mbps"] * 1.02
+    assert all(a is not None for a in entry["applied_events"])

@@ -1,0 +1,789 @@
+"""The kernel baselines of the scenario runner: Linux TCP and Linux MPTCP, driven by iperf3.
+
+`KernelBaseline` runs a scenario's traffic matrix (`testbed.scenario.flows`) in the host
+namespaces of a running fabric with one iperf3 test per flow, each on a port of its own
+(``5201 + k``; an all-reduce hop alternates between ``5201 + 2k`` and ``5202 + 2k`` from step to
+step so that a step never meets the server of the previous step still tidying up), so ECMP
+hashes every flow by its own 5-tuple. ``tcp`` is plain iperf3; ``mptcp`` is ``mptcpize run
+iperf3`` on both sides (iperf3 3.12 has no ``--mptcp``).
+
+Whose view, and why ``-R``: every flow is a *reverse* test -- the iperf3 server runs in the flow's
+source host and sends, the client runs in the destination and receives -- because a normal
+``-n BYTES`` test ends when the *sender* has written the bytes into its socket: the receiver then
+stops counting, and what was still in flight is never reported (measured on a 20 Mbps fabric:
+1.51 MB of 2 MB; esnet/iperf#382). With ``-R`` the test ends when the *receiver* has read the bytes
+(iperf3 checks ``bytes_received`` on the client), so the client's ``-J -i 0.1`` JSON is the
+receiver's own account of the whole flow. The price is a little waste: the sender keeps sending
+for the ~1 RTT until it hears TEST_END, and that tail is discarded. Received bytes beyond the
+flow's size (reads come in 128 KiB blocks) are not counted.
+
+Deliveries: iperf3's finest useful interval is 0.1 s, and `testbed.metrics` wants 1 ms samples,
+so each interval's bytes are spread uniformly over it in 1 ms samples (`spread`). A message is
+done when the spread series reaches the flow's size. Intervals are relative to the test's start,
+which is neither the process start (start-up and control handshake come first) nor the exit
+minus the duration (the closing result exchange queues behind the data, ~50 ms at 20 Mbps). The
+anchor is taken from the *server*: it runs in text mode with ``-i 0.1 --forceflush`` and a reader
+thread timestamps its lines, which iperf3 writes exactly when an interval timer fires, so
+``arrival - k x 0.1 s`` (minimum over the test's intervals) is the test's start in our
+CLOCK_MONOTONIC, within ~1 ms; the server's ``connected to ... port P`` line names the client's
+data port, which the client's JSON also holds (`server_anchors`). Tests shorter than one interval
+fall back to their final partial interval (+-5 ms: iperf3 prints two decimals), tests without
+server lines to ``exit - duration``.
+
+TCP retransmissions are the ``Tcp: RetransSegs`` growth of the hosts' namespaces between
+`prepare` and `collect`, not the client's ``sum_sent.retransmits``: that number arrives in the
+closing result exchange, so a flow killed at the deadline -- the failure case -- has none, and for
+MPTCP iperf3's TCP_INFO sees one subflow only. The JSON sum is kept in ``details`` for comparison.
+The hosts use the kernel's default congestion control (``bbr`` on the development VM; recorded in
+``details``).
+
+MPTCP set-up, in every host of the workload: ``net.mptcp.enabled=1`` and
+``ip mptcp limits set subflows 8 add_addr_accepted 8``. The client (the destination, which opens
+the connection) creates a subflow to every address the server announces, so the endpoints go on
+the *server* (flow source) hosts:
+
+* multi-plane: ``ip mptcp endpoint add <plane-k address> dev <plane-k NIC> signal`` for every plane
+  k > 1, i.e. one subflow per plane (measured with planes=2: 2 subflows, the bytes split ~50/50
+  between the NICs). ``subflow`` endpoints on the client do not work here: the kernel opens them
+  towards the server's plane-1 address, which has no route out of a plane-k NIC (measured: no
+  subflow, all bytes on plane 1).
+* single plane: ``ip mptcp endpoint add <address> port <7001+j> signal`` for j < 3 (port-based
+  signal endpoints, kernel >= 5.12; the kernel listens on those ports itself), so the client opens
+  three more subflows to other destination ports -- four subflows with four 5-tuples that ECMP
+  spreads independently (measured: 4 per connection, ``ip mptcp monitor``).
+
+The subflows of each flow's data connection are counted from ``ip mptcp monitor`` running in the
+client hosts (``details["flows"][i]["subflows"]``); the iperf3 control connection is MPTCP as well
+and gets the same subflows.
+
+All-reduce: the steps run one after another in a background thread; a step starts one iperf3
+client per ring hop at once, against servers started in `prepare`, and ends when the last of
+them has exited; a step not finished at the deadline is ``(start, None)`` and no further step is
+started. Each step therefore includes iperf3's process start-up, its control handshake and its
+closing result exchange -- the application-level cost of a kernel-transport job that opens a
+transfer per step -- measured at ~75 ms per step on an idle 20 Mbps fabric on top of the
+bytes/rate ideal (``details["startup_ms"]`` has the start-up part of every run).
+
+Everything started here (servers, clients, monitors) is a child process whose PID this object
+holds; `stop` ends them by PID, SIGTERM then SIGKILL, and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from testbed import client
+from testbed.metrics import Message, TransportRun
+from testbed.scenario import AllreduceWorkload, Flow, Scenario, flows, workload_hosts
+
+PORT_BASE = 5201
+SIGNAL_PORT_BASE = 7001
+MPTCP_EXTRA_PORTS = 3  # single plane: subflows per connection = 1 + this
+INTERVAL_S = 0.1
+SAMPLE_S = 0.001
+LISTEN_TIMEOUT_S = 10.0
+KILL_GRACE_S = 1.0
+BUSY_RETRIES = 50
+BUSY_RETRY_S = 0.005
+_GRID_TOLERANCE_S = 0.006  # an interval end this close to k x INTERVAL_S is a timer tick
+
+
+class BaselineError(RuntimeError):
+    """The kernel baseline cannot run (a tool is missing, a server did not start, ...)."""
+
+
+# --------------------------------------------------------------------------- pure parsing
+
+
+def receiver_intervals(doc: Mapping[str, Any]) -> list[tuple[float, float, int]]:
+    """(start, end, bytes) of the receiver's intervals in an iperf3 ``-J`` document."""
+    out = []
+    for iv in doc.get("intervals") or ():
+        s = iv.get("sum") or {}
+        if s.get("omitted"):
+            continue
+        out.append((float(s["start"]), float(s["end"]), int(s["bytes"])))
+    return out
+
+
+def spread(
+    intervals: Iterable[tuple[float, float, int]],
+    offset: float,
+    limit: int,
+    sample_s: float = SAMPLE_S,
+) -> tuple[list[tuple[float, int]], float | None]:
+    """Each interval's bytes spread uniformly over it, in `sample_s` samples, capped at `limit`.
+
+    Returns the (time, bytes) samples, times shifted by `offset`, each sample stamped at the end
+    of its slice, and the time at which `limit` bytes had arrived (None if they never did).
+    """
+    samples: list[tuple[float, int]] = []
+    total = 0
+    done: float | None = None
+    for start, end, nbytes in intervals:
+        if nbytes <= 0 or total >= limit:
+            continue
+        span = max(end - start, 0.0)
+        n = max(1, round(span / sample_s))
+        base, extra = divmod(nbytes, n)
+        for j in range(n):
+            chunk = min(base + (1 if j < extra else 0), limit - total)
+            if chunk <= 0:
+                continue
+            total += chunk
+            t = offset + start + span * (j + 1) / n
+            samples.append((t, chunk))
+            if total >= limit:
+                done = t
+                break
+    return samples, done
+
+
+_CONNECTED = re.compile(r"local \S+ port \d+ connected to \S+ port (\d+)")
+_INTERVAL = re.compile(r"^\[\s*\d+\]\s+(\d+\.\d+)-(\d+\.\d+)\s+sec")
+
+
+def server_anchors(lines: Iterable[tuple[float, str]]) -> dict[int, float]:
+    """Test start time per client data port, from an iperf3 server's timestamped text output.
+
+    iperf3 buffers its text and writes it out when an interval timer fires (test start + k x
+    INTERVAL_S, never early) and when TEST_END arrives (the final partial interval, whose end it
+    prints with two decimals). Each line thus gives an upper bound of the start: ``arrival -
+    k x INTERVAL_S`` for a timer tick, ``arrival - end + 5 ms`` for the partial interval; the
+    smallest is kept (a write that reached us late, say behind a busy interpreter, then costs
+    nothing as long as one line of the test arrived promptly).
+    """
+    best: dict[int, float] = {}
+    port: int | None = None
+    for t, line in lines:
+        m = _CONNECTED.search(line)
+        if m:
+            port = int(m.group(1))
+            continue
+        if line.startswith("- - -"):
+            port = None  # the summary follows; its 0.00-D lines are written after the exchange
+            continue
+        m = _INTERVAL.match(line)
+        if m is None or port is None:
+            continue
+        end = float(m.group(2))
+        k = round(end / INTERVAL_S)
+        if k >= 1 and abs(end - k * INTERVAL_S) <= _GRID_TOLERANCE_S:
+            bound = t - k * INTERVAL_S
+        else:
+            bound = t - end + 0.005
+        best[port] = min(best.get(port, math.inf), bound)
+    return best
+
+
+def monitor_subflows(lines: Iterable[str]) -> dict[int, int]:
+    """Subflows per MPTCP connection (keyed by its first subflow's local port), from the output
+    of ``ip mptcp monitor`` in the connecting host: 1 + the SF_ESTABLISHED events of its token
+    - its SF_CLOSED events (the kernel closes the whole connection with one CLOSED event, so
+    SF_CLOSED only counts subflows that went away while it lived)."""
+    port_of: dict[str, int] = {}
+    joins: dict[str, int] = {}
+    for line in lines:
+        token = re.search(r"token=([0-9a-f]+)", line)
+        if token is None:
+            continue
+        tok = token.group(1)
+        if re.search(r"\[\s*CREATED\]", line):
+            sport = re.search(r"sport=(\d+)", line)
+            if sport:
+                port_of[tok] = int(sport.group(1))
+        elif "SF_ESTABLISHED" in line:
+            joins[tok] = joins.get(tok, 0) + 1
+        elif "SF_CLOSED" in line:
+            joins[tok] = joins.get(tok, 0) - 1
+    return {port: 1 + joins.get(tok, 0) for tok, port in port_of.items()}
+
+
+def load_json(path: Path) -> dict[str, Any] | None:
+    """An iperf3 JSON document, or None if the file is missing, empty or cut short."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def retrans_segs(pid: int) -> int:
+    """``Tcp: RetransSegs`` of the network namespace of `pid`."""
+    rows = [
+        line.split()
+        for line in Path(f"/proc/{pid}/net/snmp").read_text().splitlines()
+        if line.startswith("Tcp:")
+    ]
+    return int(rows[1][rows[0].index("RetransSegs")])
+
+
+# --------------------------------------------------------------------------- processes
+
+
+class _Child:
+    """A process of ours: its Popen, the monotonic time it exited, optionally its stdout lines."""
+
+    def __init__(
+        self,
+        argv: list[str],
+        out: Path,
+        err: Path,
+        *,
+        read_lines: bool = False,
+        on_exit: Callable[[], object] | None = None,
+    ) -> None:
+        self.argv = argv
+        self._on_exit = on_exit
+        self.started = time.monotonic()
+        self.ended: float | None = None
+        self.lines: list[tuple[float, str]] = []
+        self.done = threading.Event()
+        self._err = err.open("w")
+        self._out: IO[str] | None = None
+        if read_lines:
+            self.proc = subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=self._err, text=True, bufsize=1
+            )
+            self._reader = threading.Thread(target=self._read, args=(out,), daemon=True)
+            self._reader.start()
+        else:
+            self._out = out.open("w")
+            self.proc = subprocess.Popen(argv, stdout=self._out, stderr=self._err, text=True)
+            self._reader = None
+        self.pid = self.proc.pid
+        self._waiter = threading.Thread(target=self._wait, daemon=True)
+        self._waiter.start()
+
+    def _read(self, out: Path) -> None:
+        assert self.proc.stdout is not None
+        with out.open("w") as f:
+            for line in self.proc.stdout:
+                t = time.monotonic()
+                self.lines.append((t, line.rstrip("\n")))
+                f.write(f"{t:.6f} {line}")
+                f.flush()
+
+    def _wait(self) -> None:
+        self.proc.wait()
+        self.ended = time.monotonic()
+        if self._reader is not None:
+            self._reader.join(5)
+        for f in (self._out, self._err):
+            if f is not None:
+                f.close()
+        self.done.set()
+        if self._on_exit is not None:
+            self._on_exit()
+
+    @property
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        # Popen.send_signal does nothing once the child has been reaped, so a recycled PID is
+        # never hit.
+        self.proc.send_signal(sig)
+
+
+def _terminate(children: Sequence[_Child], grace: float = KILL_GRACE_S) -> None:
+    """SIGTERM, then SIGKILL after `grace` what is still running; wait until all are reaped."""
+    live = [c for c in children if c.running]
+    for c in live:
+        c.signal(signal.SIGTERM)
+    until = time.monotonic() + grace
+    for c in live:
+        c.done.wait(max(0.0, until - time.monotonic()))
+    for c in live:
+        if c.running:
+            c.signal(signal.SIGKILL)
+    for c in live:
+        c.done.wait(5)
+
+
+@dataclass
+class _Hop:
+    """One iperf3 test: flow `index` of the matrix (in `step` for an all-reduce)."""
+
+    index: int
+    flow: Flow
+    step: int | None
+    port: int
+    start: float  # monotonic launch of the first attempt
+    child: _Child | None = None
+    attempts: int = 0
+    out: Path | None = None
+
+    @property
+    def exited(self) -> bool:
+        return self.child is not None and self.child.done.is_set()
+
+
+@dataclass
+class _Server:
+    host: str
+    port: int
+    child: _Child
+
+
+@dataclass
+class _Step:
+    start: float
+    end: float | None = None
+    hops: list[_Hop] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- the baseline
+
+
+class KernelBaseline:
+    """iperf3 (tcp) or mptcpize iperf3 (mptcp) flows in the hosts of a running fabric."""
+
+    def __init__(self, fabric_name: str, sc: Scenario, transport: str, workdir: Path) -> None:
+        if transport not in ("tcp", "mptcp"):
+            raise BaselineError(f"transport {transport!r} is not a kernel baseline (tcp, mptcp)")
+        tools = ["mnexec", "iperf3"] + (["mptcpize"] if transport == "mptcp" else [])
+        for tool in tools:
+            if shutil.which(tool) is None:
+                raise BaselineError(
+                    f"{transport} baseline needs {tool}, which is not installed; "
+                    "run scripts/setup.sh"
+                )
+        self.name = fabric_name
+        self.sc = sc
+        self.transport = transport
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.flows = flows(sc)
+        self.allreduce = isinstance(sc.workload, AllreduceWorkload)
+        self.nsteps = sc.workload.steps if isinstance(sc.workload, AllreduceWorkload) else 1
+        self.fabric = sc.fabric()
+        st = client.state(fabric_name)
+        self.pids = {h: int(st.nodes[h]["pid"]) for h in workload_hosts(sc)}
+        self.hosts = list(self.pids)
+        self.details: dict[str, Any] = {"transport": transport}
+        self._servers: list[_Server] = []
+        self._monitors: dict[str, _Child] = {}
+        self._hops: list[_Hop] = []
+        self._steps: list[_Step] = []
+        self._lock = threading.Lock()
+        self._abort = threading.Event()
+        self._wake = threading.Event()  # set whenever a client exits
+        self._finished = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._deadline = math.inf
+        self._retrans0: dict[str, int] = {}
+        self._stopped = False
+
+    # ------------------------------------------------------------------ helpers
+
+    def _ns(self, host: str, *cmd: str) -> list[str]:
+        return ["mnexec", "-a", str(self.pids[host]), *cmd]
+
+    def _run(self, host: str, *cmd: str) -> str:
+        proc = subprocess.run(self._ns(host, *cmd), capture_output=True, text=True, timeout=10)
+        if proc.returncode != 0:
+            raise BaselineError(
+                f"{host}: {' '.join(cmd)} failed: {(proc.stderr or proc.stdout).strip()}"
+            )
+        return proc.stdout
+
+    def _iperf(self, host: str, *args: str) -> list[str]:
+        wrap = ["mptcpize", "run"] if self.transport == "mptcp" else []
+        return self._ns(host, *wrap, "iperf3", *args)
+
+    def _ports(self, index: int) -> list[int]:
+        if self.allreduce and self.nsteps > 1:
+            return [PORT_BASE + 2 * index, PORT_BASE + 2 * index + 1]
+        return [PORT_BASE + index]
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def prepare(self) -> None:
+        """MPTCP set-up, then one iperf3 server per flow port, returning once all listen."""
+        last = max(p for i in range(len(self.flows)) for p in self._ports(i))
+        if last >= SIGNAL_PORT_BASE:
+            raise BaselineError(f"{len(self.flows)} flows need ports up to {last}: too many")
+        if self.transport == "mptcp":
+            self._setup_mptcp()
+        wanted: dict[str, set[int]] = {}
+        for i, f in enumerate(self.flows):
+            for port in self._ports(i):
+                srv = self._iperf(
+                    f.src, "-s", "-p", str(port), "-i", str(INTERVAL_S), "--forceflush"
+                )
+                child = _Child(
+                    srv,
+                    self.workdir / f"server-{f.src}-{port}.txt",
+                    self.workdir / f"server-{f.src}-{port}.err",
+                    read_lines=True,
+                )
+                self._servers.append(_Server(f.src, port, child))
+                wanted.setdefault(f.src, set()).add(port)
+        self._await_listening(wanted)
+        cc = self._run(self.hosts[0], "sysctl", "-n", "net.ipv4.tcp_congestion_control").strip()
+        self.details["congestion_control"] = cc
+        self._retrans0 = {h: retrans_segs(pid) for h, pid in self.pids.items()}
+
+    def _setup_mptcp(self) -> None:
+        planes = self.sc.topology.planes
+        servers = {f.src for f in self.flows}
+        # A host that is a server of one flow and a client of another announces its endpoints on
+        # both connections, and each side then opens subflows to what the other announced: 7
+        # subflows instead of 4 on one plane. Tighter limits do not give 4: both sides race for
+        # the last slots and the loser's subflow is closed again (measured: 3 to 5).
+        for host in self.hosts:
+            self._run(host, "sysctl", "-q", "-w", "net.mptcp.enabled=1")
+            limits = ["subflows", "8", "add_addr_accepted", "8"]
+            self._run(host, "ip", "mptcp", "limits", "set", *limits)
+            self._run(host, "ip", "mptcp", "endpoint", "flush")
+        endpoints: dict[str, list[str]] = {}
+        for host in sorted(servers):
+            if planes > 1:
+                for intf in self.fabric.interfaces[host]:
+                    if intf.plane > 1 and intf.ip:
+                        self._run(
+                            host,
+                            "ip",
+                            "mptcp",
+                            "endpoint",
+                            "add",
+                            intf.ip,
+                            "dev",
+                            intf.name,
+                            "signal",
+                        )
+                        endpoints.setdefault(host, []).append(f"{intf.ip} dev {intf.name} signal")
+            else:
+                ip = self.fabric.host_ip(host, 1)
+                port = SIGNAL_PORT_BASE
+                while len(endpoints.get(host, ())) < MPTCP_EXTRA_PORTS:
+                    # The kernel listens on a signal port itself; a port still held by TIME_WAIT
+                    # subflows of an earlier run in this namespace is refused (EADDRINUSE).
+                    add = ["ip", "mptcp", "endpoint", "add", ip, "port", str(port), "signal"]
+                    proc = subprocess.run(self._ns(host, *add), capture_output=True, text=True)
+                    if proc.returncode == 0:
+                        endpoints.setdefault(host, []).append(f"{ip} port {port} signal")
+                    elif "-98" not in proc.stderr or port >= SIGNAL_PORT_BASE + 100:
+                        raise BaselineError(
+                            f"{host}: {' '.join(add)} failed: {proc.stderr.strip()}"
+                        )
+                    port += 1
+        self.details["mptcp_endpoints"] = endpoints
+        for host in sorted({f.dst for f in self.flows}):
+            self._monitors[host] = _Child(
+                self._ns(host, "ip", "mptcp", "monitor"),
+                self.workdir / f"mptcp-monitor-{host}.txt",
+                self.workdir / f"mptcp-monitor-{host}.err",
+            )
+        # A monitor misses what happens before it subscribes: wait until each has become `ip`
+        # (mnexec has entered the namespace and exec'd it), then give it a moment to subscribe.
+        until = time.monotonic() + LISTEN_TIMEOUT_S
+        for host, mon in self._monitors.items():
+            while True:
+                try:
+                    exe = Path(f"/proc/{mon.pid}/exe").readlink().name
+                except OSError:
+                    exe = ""
+                if exe == "ip":
+                    break
+                if not mon.running or time.monotonic() >= until:
+                    raise BaselineError(f"{host}: ip mptcp monitor did not start")
+                time.sleep(0.002)
+        time.sleep(0.02)
+
+    def _await_listening(self, wanted: Mapping[str, set[int]]) -> None:
+        until = time.monotonic() + LISTEN_TIMEOUT_S
+        pending = {h: set(p) for h, p in wanted.items()}
+        while pending:
+            for srv in self._servers:
+                if not srv.child.running:
+                    srv.child.done.wait(2)
+                    err = (self.workdir / f"server-{srv.host}-{srv.port}.err").read_text().strip()
+                    out = " ".join(line for _, line in srv.child.lines[-3:])
+                    raise BaselineError(
+                        f"iperf3 server on {srv.host}:{srv.port} exited: {err or out or 'no output'}"
+                    )
+            for host in list(pending):
+                listening = set()
+                for line in self._run(host, "ss", "-ltnH").splitlines():
+                    cols = line.split()
+                    if len(cols) >= 4 and cols[3].rpartition(":")[2].isdigit():
+                        listening.add(int(cols[3].rpartition(":")[2]))
+                pending[host] -= listening
+                if not pending[host]:
+                    del pending[host]
+            if not pending:
+                return
+            if time.monotonic() >= until:
+                raise BaselineError(
+                    f"iperf3 servers not listening after {LISTEN_TIMEOUT_S:g}s: {pending}"
+                )
+            time.sleep(0.02)
+
+    def go(self) -> float:
+        """Start the workload: all flows at once, or the all-reduce step loop in a thread."""
+        t0 = time.monotonic()
+        self._t0 = t0
+        self._deadline = t0 + self.sc.duration_s
+        if self.allreduce:
+            self._thread = threading.Thread(target=self._step_loop, name="allreduce", daemon=True)
+            self._thread.start()
+        else:
+            step = _Step(t0)
+            step.hops = self._launch_all(None)
+            self._steps.append(step)
+            self._thread = threading.Thread(target=self._watch, args=(step,), daemon=True)
+            self._thread.start()
+        return t0
+
+    def _launch_all(self, step: int | None) -> list[_Hop]:
+        """One client per flow, started from parallel threads so they start close together."""
+        hops: list[_Hop | None] = [None] * len(self.flows)
+
+        def one(i: int) -> None:
+            hops[i] = self._launch(i, step)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(self.flows))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return [h for h in hops if h is not None]
+
+    def _launch(self, index: int, step: int | None) -> _Hop:
+        f = self.flows[index]
+        ports = self._ports(index)
+        port = ports[(step or 0) % len(ports)]
+        hop = _Hop(index, f, step, port, time.monotonic())
+        self._start_attempt(hop)
+        with self._lock:
+            self._hops.append(hop)
+        return hop
+
+    def _start_attempt(self, hop: _Hop) -> None:
+        hop.attempts += 1
+        tag = f"{hop.index}" if hop.step is None else f"s{hop.step}-{hop.index}"
+        hop.out = self.workdir / f"client-{tag}-a{hop.attempts}.json"
+        argv = self._iperf(
+            hop.flow.dst,
+            "-c", self.fabric.host_ip(hop.flow.src, 1),
+            "-p", str(hop.port),
+            "-R",
+            "-n", str(hop.flow.bytes),
+            "-J",
+            "-i", str(INTERVAL_S),
+            "--forceflush",
+        )  # fmt: skip
+        with self._lock:
+            if self._abort.is_set():
+                return
+            hop.child = _Child(argv, hop.out, hop.out.with_suffix(".err"), on_exit=self._wake.set)
+
+    def _run_step(self, step: _Step) -> bool:
+        """Wait for every hop of `step`, retrying a hop whose server turned it away as busy.
+        True iff every client exited successfully (i.e. received all its bytes) in time."""
+        checked: set[int] = set()
+        while True:
+            self._wake.clear()
+            for hop in step.hops:
+                c = hop.child
+                if c is None or not c.done.is_set() or id(c) in checked:
+                    continue
+                checked.add(id(c))
+                if c.proc.returncode != 0 and hop.attempts < BUSY_RETRIES and self._busy(hop):
+                    time.sleep(BUSY_RETRY_S)
+                    self._start_attempt(hop)
+            pending = [h for h in step.hops if h.child is not None and not h.child.done.is_set()]
+            if not pending:
+                break
+            if self._abort.is_set() or time.monotonic() >= self._deadline:
+                return False
+            self._wake.wait(min(0.5, max(0.0, self._deadline - time.monotonic())))
+        ok = all(h.child is not None and h.child.proc.returncode == 0 for h in step.hops)
+        if ok:
+            step.end = max(h.child.ended for h in step.hops if h.child and h.child.ended)
+        return ok
+
+    def _busy(self, hop: _Hop) -> bool:
+        doc = load_json(hop.out) if hop.out else None
+        return doc is not None and "busy" in str(doc.get("error", "")) and not self._abort.is_set()
+
+    def _watch(self, step: _Step) -> None:
+        self._run_step(step)
+        self._finished.set()
+
+    def _step_loop(self) -> None:
+        try:
+            for s in range(self.nsteps):
+                if self._abort.is_set() or time.monotonic() >= self._deadline:
+                    break
+                step = _Step(time.monotonic())
+                with self._lock:
+                    self._steps.append(step)
+                step.hops = self._launch_all(s)
+                if not self._run_step(step):
+                    break
+        finally:
+            self._finished.set()
+
+    def completed(self) -> bool:
+        return len(self._steps) == self.nsteps and all(s.end is not None for s in self._steps)
+
+    def wait(self, deadline: float) -> bool:
+        """Block until the workload is done or `deadline`; kill what still runs then."""
+        self._deadline = deadline
+        self._finished.wait(max(0.0, deadline - time.monotonic()))
+        if not self._finished.is_set():
+            self._abort.set()
+            with self._lock:
+                live = [h.child for h in self._hops if h.child is not None]
+            _terminate(live)  # SIGTERM: iperf3 still writes its JSON, intervals so far included
+            if self._thread is not None:
+                self._thread.join(5)
+        return self.completed()
+
+    # ------------------------------------------------------------------ results
+
+    def collect(self, t0: float, end_s: float) -> TransportRun:
+        """Deliveries, messages, steps and retransmissions from the iperf3 outputs."""
+        _terminate(list(self._monitors.values()))
+        subflows: dict[tuple[str, int], int] = {}
+        for host in self._monitors:
+            text = (self.workdir / f"mptcp-monitor-{host}.txt").read_text()
+            for port, n in monitor_subflows(text.splitlines()).items():
+                subflows[(host, port)] = n
+        anchors: dict[tuple[str, int], float] = {}
+        for srv in self._servers:
+            for port, t in server_anchors(list(srv.child.lines)).items():
+                anchors[(srv.host, port)] = t
+        deliveries: list[tuple[float, int]] = []
+        messages: list[Message] = []
+        done_by_hop: dict[int, float | None] = {}
+        rows = []
+        json_retrans = 0
+        with self._lock:
+            hops = list(self._hops)
+        for hop in hops:
+            doc = load_json(hop.out) if hop.out else None
+            row: dict[str, Any] = {
+                "flow": hop.index,
+                "step": hop.step,
+                "src": hop.flow.src,
+                "dst": hop.flow.dst,
+                "bytes": hop.flow.bytes,
+                "port": hop.port,
+                "attempts": hop.attempts,
+                "launched_s": round(hop.start - t0, 6),
+            }
+            done = None
+            if doc is not None and doc.get("intervals"):
+                conn = (doc.get("start", {}).get("connected") or [{}])[0]
+                data_port = conn.get("local_port")
+                launched = hop.child.started if hop.child else hop.start
+                ended = hop.child.ended if hop.child and hop.child.ended else time.monotonic()
+                received = doc.get("end", {}).get("sum_received", {})
+                duration = float(received.get("end") or receiver_intervals(doc)[-1][1])
+                # Upper bounds of the test's start: the server's lines, and the exit minus the
+                # receiver's duration (late by the closing exchange); the launch is a lower bound.
+                by_server = anchors.get((hop.flow.src, data_port), math.inf)
+                by_exit = ended - duration
+                how = "server" if by_server <= by_exit else "exit"
+                anchor = max(min(by_server, by_exit), launched)
+                samples, done = spread(receiver_intervals(doc), anchor - t0, hop.flow.bytes)
+                deliveries += [(min(max(t, 0.0), end_s), n) for t, n in samples]
+                sent = doc.get("end", {}).get("sum_sent", {})
+                json_retrans += int(sent.get("retransmits", 0) or 0)
+                row.update(
+                    anchor=how,
+                    test_start_s=round(anchor - t0, 6),
+                    startup_ms=round((anchor - launched) * 1e3, 2),
+                    closing_ms=round((ended - anchor - duration) * 1e3, 2),
+                    exited_s=round(ended - t0, 6),
+                    received=sum(n for _, n in samples),
+                    done_s=None if done is None else round(done, 6),
+                    error=doc.get("error"),
+                    json_retransmits=sent.get("retransmits"),
+                    data_port=data_port,
+                    congestion=doc.get("end", {}).get("receiver_tcp_congestion"),
+                )
+                if self.transport == "mptcp":
+                    row["subflows"] = subflows.get((hop.flow.dst, data_port))
+            else:
+                row.update(received=0, done_s=None, error=(doc or {}).get("error", "no output"))
+            rows.append(row)
+            messages.append(Message(hop.start - t0, hop.flow.bytes, done))
+            done_by_hop[id(hop)] = done
+        retrans = 0
+        for host, pid in self.pids.items():
+            try:
+                retrans += retrans_segs(pid) - self._retrans0.get(host, 0)
+            except (OSError, ValueError, IndexError):
+                pass
+        # A step ends when the last of its hops' receivers has all its bytes (not when the last
+        # client exits: iperf3's closing result exchange adds ~40 ms that is no part of TCP).
+        steps: list[tuple[float, float | None]] = []
+        for s in self._steps:
+            ends = [done_by_hop.get(id(h)) for h in s.hops]
+            finished = len(ends) == len(self.flows) and all(e is not None for e in ends)
+            steps.append((s.start - t0, max(ends) if finished else None))  # type: ignore[type-var]
+        exits = [(s.start - t0, None if s.end is None else s.end - t0) for s in self._steps]
+        startup = [r["startup_ms"] for r in rows if "startup_ms" in r]
+        self.details.update(
+            flows=rows,
+            steps=steps if self.allreduce else [],
+            steps_by_exit=exits if self.allreduce else [],
+            retransmits_netns=retrans,
+            retransmits_json=json_retrans,
+            startup_ms={
+                "p50": statistics.median(startup) if startup else None,
+                "max": max(startup) if startup else None,
+            },
+        )
+        if self.transport == "mptcp":
+            counts = [r.get("subflows") for r in rows if r.get("subflows")]
+            self.details["subflows"] = {
+                "min": min(counts, default=0),
+                "max": max(counts, default=0),
+            }
+        (self.workdir / "kernel_flows.json").write_text(
+            json.dumps(self.details, indent=1, default=str)
+        )
+        return TransportRun(
+            transport=self.transport,
+            deliveries=deliveries,
+            messages=messages,
+            end_s=end_s,
+            retransmits={"tcp": retrans},
+            trims=0,
+            steps=steps if self.allreduce else (),
+        )
+
+    def stop(self) -> None:
+        """End every process this object started, by PID (SIGTERM, then SIGKILL). Idempotent."""
+        self._abort.set()
+        with self._lock:
+            children = [h.child for h in self._hops if h.child is not None]
+        children += [s.child for s in self._servers] + list(self._monitors.values())
+        _terminate(children)
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(5)
+        self._stopped = True
+
+    def pids_started(self) -> list[int]:
+        """PIDs of every process this object started (for checks that none is left)."""
+        with self._lock:
+            out = [h.child.pid for h in self._hops if h.child is not None]
+        return out + [s.child.pid for s in self._servers] + [m.pid for m in self._monitors.values()]
