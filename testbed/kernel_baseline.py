@@ -5,7 +5,8 @@ namespaces of a running fabric with one iperf3 test per flow, each on a port of 
 (``5201 + k``; an all-reduce hop alternates between ``5201 + 2k`` and ``5202 + 2k`` from step to
 step so that a step never meets the server of the previous step still tidying up), so ECMP
 hashes every flow by its own 5-tuple. ``tcp`` is plain iperf3; ``mptcp`` is ``mptcpize run
-iperf3`` on both sides (iperf3 3.12 has no ``--mptcp``).
+iperf3`` on both sides (iperf3 3.12 has no ``--mptcp``). Lifecycle, as the runner drives it:
+`prepare` (MPTCP set-up, servers listening), `go` (t0), `wait` (deadline), `collect`, `stop`.
 
 Whose view, and why ``-R``: every flow is a *reverse* test -- the iperf3 server runs in the flow's
 source host and sends, the client runs in the destination and receives -- because a normal
@@ -13,59 +14,75 @@ source host and sends, the client runs in the destination and receives -- becaus
 stops counting, and what was still in flight is never reported (measured on a 20 Mbps fabric:
 1.51 MB of 2 MB; esnet/iperf#382). With ``-R`` the test ends when the *receiver* has read the bytes
 (iperf3 checks ``bytes_received`` on the client), so the client's ``-J -i 0.1`` JSON is the
-receiver's own account of the whole flow. The price is a little waste: the sender keeps sending
-for the ~1 RTT until it hears TEST_END, and that tail is discarded. Received bytes beyond the
-flow's size (reads come in 128 KiB blocks) are not counted.
+receiver's own account of the whole flow, and it is written even when the client is killed at
+the deadline (SIGTERM: intervals so far included). The price is a little waste: the sender keeps
+sending until it hears TEST_END, and that tail is discarded. Bytes beyond the flow's size (reads
+come in 128 KiB blocks) are not counted.
 
 Deliveries: iperf3's finest useful interval is 0.1 s, and `testbed.metrics` wants 1 ms samples,
-so each interval's bytes are spread uniformly over it in 1 ms samples (`spread`). A message is
-done when the spread series reaches the flow's size. Intervals are relative to the test's start,
-which is neither the process start (start-up and control handshake come first) nor the exit
-minus the duration (the closing result exchange queues behind the data, ~50 ms at 20 Mbps). The
-anchor is taken from the *server*: it runs in text mode with ``-i 0.1 --forceflush`` and a reader
-thread timestamps its lines, which iperf3 writes exactly when an interval timer fires, so
-``arrival - k x 0.1 s`` (minimum over the test's intervals) is the test's start in our
-CLOCK_MONOTONIC, within ~1 ms; the server's ``connected to ... port P`` line names the client's
-data port, which the client's JSON also holds (`server_anchors`). Tests shorter than one interval
-fall back to their final partial interval (+-5 ms: iperf3 prints two decimals), tests without
-server lines to ``exit - duration``.
+so each interval's bytes are spread uniformly over it in 1 ms samples (`spread`); a message is
+done when that series reaches the flow's size. So stall and failover times of the kernel
+baselines are only as sharp as 0.1 s intervals allow: an interval in which delivery stopped
+half-way looks like one at half rate. Intervals count from the test's start, which is neither
+the launch (process start-up and control handshake come first: 10-50 ms) nor the exit minus the
+duration (the closing result exchange often waits out a delayed ACK, and after a failure it can
+wait out RTO backoff -- 2.5 s seen). The start is taken from the *server*, which runs in text
+mode with ``-i 0.1 --forceflush``: iperf3 writes its text when an interval timer fires and when
+TEST_END arrives, a reader thread timestamps each line, and each line bounds the start from
+above (`server_anchors`); the anchor is the least of those bounds and ``exit - duration``, never
+before the launch. Checked against tshark (the first data packet in the receiver's namespace):
+within +-3 ms, 10 ms at worst. The server's ``connected to ... port P`` line names the client's
+data port, which the client's JSON holds too, so tests are matched exactly.
 
-TCP retransmissions are the ``Tcp: RetransSegs`` growth of the hosts' namespaces between
+TCP retransmissions are the ``Tcp: RetransSegs`` growth of the workload hosts' namespaces between
 `prepare` and `collect`, not the client's ``sum_sent.retransmits``: that number arrives in the
 closing result exchange, so a flow killed at the deadline -- the failure case -- has none, and for
-MPTCP iperf3's TCP_INFO sees one subflow only. The JSON sum is kept in ``details`` for comparison.
-The hosts use the kernel's default congestion control (``bbr`` on the development VM; recorded in
-``details``).
+MPTCP iperf3's TCP_INFO sees one subflow only. The JSON sum is kept in ``details`` (for tcp the
+two agree within ~10 % when every flow completes). The hosts use the kernel's default congestion
+control (``bbr`` on the development VM), recorded in ``details``.
 
 MPTCP set-up, in every host of the workload: ``net.mptcp.enabled=1`` and
-``ip mptcp limits set subflows 8 add_addr_accepted 8``. The client (the destination, which opens
-the connection) creates a subflow to every address the server announces, so the endpoints go on
-the *server* (flow source) hosts:
+``ip mptcp limits set subflows 8 add_addr_accepted 8``. The client (the flow's destination, which
+opens the connection) opens a subflow to every address the server announces, so the endpoints
+go on the *server* (flow source) hosts:
 
-* multi-plane: ``ip mptcp endpoint add <plane-k address> dev <plane-k NIC> signal`` for every plane
-  k > 1, i.e. one subflow per plane (measured with planes=2: 2 subflows, the bytes split ~50/50
-  between the NICs). ``subflow`` endpoints on the client do not work here: the kernel opens them
-  towards the server's plane-1 address, which has no route out of a plane-k NIC (measured: no
-  subflow, all bytes on plane 1).
 * single plane: ``ip mptcp endpoint add <address> port <7001+j> signal`` for j < 3 (port-based
-  signal endpoints, kernel >= 5.12; the kernel listens on those ports itself), so the client opens
-  three more subflows to other destination ports -- four subflows with four 5-tuples that ECMP
-  spreads independently (measured: 4 per connection, ``ip mptcp monitor``).
+  signal endpoints, kernel >= 5.12; the kernel listens on those ports itself; a port still held
+  by TIME_WAIT subflows of an earlier run in the namespace is skipped), so the client opens three
+  more subflows to other destination ports. Measured with ``ip mptcp monitor``: **4 subflows**
+  per connection (four 5-tuples that ECMP hashes independently) when the client host is not
+  itself a server (bulk, incast); **6-7** when it is (permutation, all-to-all, all-reduce), since
+  each side then opens subflows to the ports the other announced. Limits of 3 do not make that
+  4: both sides race for the last slots and the loser's subflow is closed again (3-5 seen).
+* multi-plane: ``ip mptcp endpoint add <plane-k address> dev <plane-k NIC> signal`` for every plane
+  k > 1: **one subflow per plane** (measured with planes=2: 2 subflows, also for hosts with both
+  roles, the bytes split ~50/50 between the two NICs, 33.5 Mbps over two 20 Mbps planes).
+  ``subflow`` endpoints on the client do not work here: the kernel opens them towards the
+  server's plane-1 address, which has no route out of a plane-k NIC (measured: no subflow, every
+  byte on plane 1).
 
-The subflows of each flow's data connection are counted from ``ip mptcp monitor`` running in the
-client hosts (``details["flows"][i]["subflows"]``); the iperf3 control connection is MPTCP as well
-and gets the same subflows.
+The subflows of each flow's data connection are counted from ``ip mptcp monitor`` in the client
+hosts: ``details["flows"][i]["subflows"]`` and ``details["subflows"]`` (min/max). The iperf3
+control connection is MPTCP as well and gets subflows of its own.
 
 All-reduce: the steps run one after another in a background thread; a step starts one iperf3
-client per ring hop at once, against servers started in `prepare`, and ends when the last of
-them has exited; a step not finished at the deadline is ``(start, None)`` and no further step is
-started. Each step therefore includes iperf3's process start-up, its control handshake and its
-closing result exchange -- the application-level cost of a kernel-transport job that opens a
-transfer per step -- measured at ~75 ms per step on an idle 20 Mbps fabric on top of the
-bytes/rate ideal (``details["startup_ms"]`` has the start-up part of every run).
+client per ring hop at once (from parallel threads: < 1 ms apart), against the servers started in
+`prepare`; it ends when the last hop's receiver has all its bytes (from the JSON, as above), and
+the next step starts once every client of this one has exited. A step not finished at the
+deadline is ``(start, None)`` and no further step is started. Each step therefore includes
+iperf3's process start-up and control handshake -- the cost of a kernel-transport job that opens
+a transfer per step, which MRC's endpoints do not pay. Measured on an idle 20 Mbps fabric
+(median over 20 steps, against the bytes/rate ideal): a 16 KiB step, almost pure overhead, takes
+52-60 ms instead of 6.6 ms; a 256 KiB step of a 2-host ring 167-230 ms instead of 105 ms; of the
+4-host ring 340-445 ms instead of 157 ms. It grows with the ring because a hop's handshake (some
+five crossings of the fabric) queues behind the other hops' data, ~26 ms per full 64 KB queue
+at 20 Mbps (``details["flows"][i]["startup_ms"]``: launch to test start, median 10-50 ms, up to
+300 ms). The closing exchange (``closing_ms``, median 6-65 ms) is outside the step's time but
+delays the next step's start.
 
 Everything started here (servers, clients, monitors) is a child process whose PID this object
-holds; `stop` ends them by PID, SIGTERM then SIGKILL, and nothing else.
+holds; `stop` ends them by PID, SIGTERM then SIGKILL, and nothing else. ``details`` (also written
+to ``<workdir>/kernel_flows.json`` by `collect`) has one row per iperf3 test.
 """
 
 from __future__ import annotations
@@ -326,10 +343,6 @@ class _Hop:
     attempts: int = 0
     out: Path | None = None
 
-    @property
-    def exited(self) -> bool:
-        return self.child is not None and self.child.done.is_set()
-
 
 @dataclass
 class _Server:
@@ -385,7 +398,6 @@ class KernelBaseline:
         self._thread: threading.Thread | None = None
         self._deadline = math.inf
         self._retrans0: dict[str, int] = {}
-        self._stopped = False
 
     # ------------------------------------------------------------------ helpers
 
@@ -513,9 +525,8 @@ class KernelBaseline:
                     srv.child.done.wait(2)
                     err = (self.workdir / f"server-{srv.host}-{srv.port}.err").read_text().strip()
                     out = " ".join(line for _, line in srv.child.lines[-3:])
-                    raise BaselineError(
-                        f"iperf3 server on {srv.host}:{srv.port} exited: {err or out or 'no output'}"
-                    )
+                    why = err or out or "no output"
+                    raise BaselineError(f"iperf3 server on {srv.host}:{srv.port} exited: {why}")
             for host in list(pending):
                 listening = set()
                 for line in self._run(host, "ss", "-ltnH").splitlines():
@@ -568,9 +579,9 @@ class KernelBaseline:
         ports = self._ports(index)
         port = ports[(step or 0) % len(ports)]
         hop = _Hop(index, f, step, port, time.monotonic())
-        self._start_attempt(hop)
         with self._lock:
             self._hops.append(hop)
+        self._start_attempt(hop)
         return hop
 
     def _start_attempt(self, hop: _Hop) -> None:
@@ -587,10 +598,16 @@ class KernelBaseline:
             "-i", str(INTERVAL_S),
             "--forceflush",
         )  # fmt: skip
+        if self._abort.is_set():
+            return
+        child = _Child(argv, hop.out, hop.out.with_suffix(".err"), on_exit=self._wake.set)
+        # `stop` and `wait` set the abort flag, then take the lock to list the children: a child
+        # registered before that is on their list, one registered after sees the flag.
         with self._lock:
-            if self._abort.is_set():
-                return
-            hop.child = _Child(argv, hop.out, hop.out.with_suffix(".err"), on_exit=self._wake.set)
+            aborted = self._abort.is_set()
+            hop.child = child
+        if aborted:
+            _terminate([child])
 
     def _run_step(self, step: _Step) -> bool:
         """Wait for every hop of `step`, retrying a hop whose server turned it away as busy.
@@ -733,7 +750,7 @@ class KernelBaseline:
             except (OSError, ValueError, IndexError):
                 pass
         # A step ends when the last of its hops' receivers has all its bytes (not when the last
-        # client exits: iperf3's closing result exchange adds ~40 ms that is no part of TCP).
+        # client exits: iperf3's closing result exchange adds 5-65 ms that is no part of TCP).
         steps: list[tuple[float, float | None]] = []
         for s in self._steps:
             ends = [done_by_hop.get(id(h)) for h in s.hops]
@@ -780,7 +797,6 @@ class KernelBaseline:
         _terminate(children)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(5)
-        self._stopped = True
 
     def pids_started(self) -> list[int]:
         """PIDs of every process this object started (for checks that none is left)."""
