@@ -42,6 +42,7 @@ from typing import Any, TextIO
 
 from endpoint.control import ControlError
 from testbed import client
+from testbed.kernel_baseline import BaselineError, KernelBaseline
 from testbed.metrics import (
     AppliedEvent,
     Emulation,
@@ -446,8 +447,6 @@ def run_transport(sc: Scenario, transport: str, workdir: Path, progress: Progres
             t0 = min(co.go(JOB).values())
             live = _LiveBytes([eps.metrics_path(h) for h in hosts])
         else:
-            from testbed.kernel_baseline import KernelBaseline
-
             baseline = KernelBaseline(name, sc, transport, workdir / "kernel")
             baseline.prepare()
             cpu0 = _cpu_times()
@@ -504,7 +503,7 @@ def run_transport(sc: Scenario, transport: str, workdir: Path, progress: Progres
         return RunResult(
             transport, run, timeline.results(), emulation, monitor.queues, port_counters, note
         )
-    except (ControlError, OSError, client.ClientError) as exc:
+    except (ControlError, OSError, client.ClientError, BaselineError) as exc:
         dead = ""
         if eps is not None:
             dead = ", ".join(
@@ -619,15 +618,15 @@ def run_scenario(
 
 
 def check_runnable(transports: Sequence[str]) -> None:
-    """Fail before anything is built if a transport's implementation is not installed."""
-    import importlib.util
-
+    """Fail before anything is built if a kernel baseline's tools are not installed."""
+    needs = {"tcp": ("iperf3",), "mptcp": ("iperf3", "mptcpize")}
     for t in transports:
-        if t in KERNEL_TRANSPORTS and importlib.util.find_spec("testbed.kernel_baseline") is None:
-            raise RunError(
-                f"--transports: {t!r} (the iperf3/mptcpize baseline) is not available in this "
-                "version; run mrc, single-path and spray-no-failover"
-            )
+        for tool in needs.get(t, ()):
+            if shutil.which(tool) is None:
+                raise RunError(
+                    f"--transports: {t!r} needs {tool}, which is not installed "
+                    "(sudo bash scripts/setup.sh installs it)"
+                )
 
 
 def transports_arg(text: str) -> list[str]:

@@ -113,3 +113,12 @@ def test_bad_scenario_fails_fast_creating_nothing(tmp_path, edit, message):
     assert len(lines) == 1 and message in lines[0], proc.stderr
     assert (set(RUN_ROOT.iterdir()) if RUN_ROOT.exists() else set()) == before
     assert elapsed < 2.0  # the interpreter's start-up included; validation itself takes ms
+
+
+def test_a_kernel_baseline_without_its_tool_fails_before_anything_is_built(monkeypatch):
+    from testbed import runner
+
+    monkeypatch.setattr(runner.shutil, "which", lambda tool: None if tool == "mptcpize" else "/x")
+    runner.check_runnable(["mrc", "tcp"])  # iperf3 is there: fine
+    with pytest.raises(runner.RunError, match="'mptcp' needs mptcpize"):
+        runner.check_runnable(["mrc", "mptcp"])
