@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 
 from switch.config import SwitchConfig
 from switch.control import ControlServer
 from switch.dataplane import Switch
+from switch.queueing import TRIM_DECISION_ENV
 from switch.ring import RingSocket
 
 
@@ -43,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"switch {config.name}: cannot open ports: {exc}", file=sys.stderr)
         return 1
+    except (ImportError, SyntaxError) as exc:  # TESTBED_TRIM_DECISION names a broken file
+        print(f"switch {config.name}: cannot load the trimming decision: {exc}", file=sys.stderr)
+        return 2
     control = ControlServer(args.control)
 
     def stop(_sig, _frm) -> None:
@@ -52,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.die_with_parent:
         _die_with_parent()
     signal.signal(signal.SIGINT, stop)
-    print(f"switch {config.name}: forwarding on {len(config.ports)} ports", flush=True)
+    plugged = os.environ.get(TRIM_DECISION_ENV)
+    note = f", trimming decision from {plugged}" if plugged else ""
+    print(f"switch {config.name}: forwarding on {len(config.ports)} ports{note}", flush=True)
     try:
         switch.run(control)
     finally:

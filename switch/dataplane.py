@@ -22,7 +22,7 @@ from switch.config import SwitchConfig
 from switch.control import ControlServer
 from switch.fib import BUCKET_MASK, Fib
 from switch.port import Port
-from switch.queueing import TrimmingQueue
+from switch.queueing import TrimmingQueue, decision_from_env
 
 NO_ROUTE = "no_route"
 TTL_EXPIRED = "ttl_expired"
@@ -44,6 +44,7 @@ class Switch:
         rng = random.Random(config.seed)
         self.ports: list[Port] = []
         self.io: list = []
+        decide = decision_from_env()  # None: the built-in, inline in TrimmingQueue.enqueue
         for i, pc in enumerate(config.ports):
             io = open_port(pc.name) if open_port else None
             self.io.append(io)
@@ -56,6 +57,7 @@ class Switch:
                 trimmable_dscp=config.trimmable_dscp,
                 trimmed_dscp=config.trimmed_dscp,
                 control_dscp=config.control_dscp,
+                decide=decide,
             )
             transmit = io.send if io is not None else (lambda f: True)
             self.ports.append(

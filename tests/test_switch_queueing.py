@@ -15,11 +15,19 @@ from scapy.utils import checksum
 
 from switch import frames
 from switch.queueing import (
+    DROP,
     DROP_PRIO_FULL,
     DROP_QUEUE_FULL,
+    ENQUEUE,
     ENQUEUED,
+    PRIORITY,
+    TRIM,
+    TRIM_DECISION_ENV,
     TRIMMED,
     TrimmingQueue,
+    decide,
+    decision_from_env,
+    load_decision,
 )
 
 TRIMMABLE, TRIMMED_DSCP, CONTROL = 10, 11, 46
@@ -309,3 +317,56 @@ def test_byte_accounting_random_loop() -> None:
         assert q.data_bytes <= 20_000 and q.prio_bytes <= 3_000
         assert offered == len(q) + gone + q.drops_queue_full + q.drops_prio_full
     assert q.trims > 0 and q.drops_queue_full > 0 and q.drops_prio_full > 0 and q.ecn_marks > 0
+
+
+# ----- the pure decision and the inline copy in enqueue ----------------------------------------
+
+
+def test_decide_is_the_policy() -> None:
+    args = dict(data_limit=10_000, trimmable_dscp=10, trimmed_dscp=11, control_dscp=46)
+    assert decide(46, 100, True, 10_000, trimming=True, **args) == PRIORITY
+    assert decide(11, 100, True, 10_000, trimming=True, **args) == PRIORITY
+    assert decide(10, 1000, True, 9_000, trimming=True, **args) == ENQUEUE  # fits exactly
+    assert decide(10, 1001, True, 9_000, trimming=True, **args) == TRIM
+    assert decide(10, 1001, True, 9_000, trimming=False, **args) == DROP
+    assert decide(10, 1001, False, 9_000, trimming=True, **args) == DROP  # not UDP
+    assert decide(0, 1001, True, 9_000, trimming=True, **args) == DROP  # not trimmable
+
+
+@pytest.mark.parametrize("trimming", [True, False])
+def test_inline_enqueue_equals_a_queue_that_calls_decide(trimming: bool) -> None:
+    """The built-in path's inline copy of `decide` and the plug-in path agree frame by frame."""
+    rng = random.Random(5)
+    kw = dict(trim_bytes=128, trimming=trimming)
+    inline = TrimmingQueue(8_000, 2_000, 4_000, **kw)
+    called = TrimmingQueue(8_000, 2_000, 4_000, decide=decide, **kw)
+    assert "enqueue" not in vars(inline)  # the built-in binds nothing per instance
+    kinds = ("data", "trimmable", "tcp", "control", "trimmed", "ect")
+    for _ in range(3000):
+        if rng.random() < 0.6:
+            f = make_kind(rng.choice(kinds), rng.choice((60, 128, 700, 1514)))
+            assert inline.enqueue(bytearray(f)) == called.enqueue(bytearray(f))
+        else:
+            assert inline.dequeue() == called.dequeue()
+    for attr in ("trims", "ecn_marks", "drops_queue_full", "drops_prio_full", "max_data_bytes"):
+        assert getattr(inline, attr) == getattr(called, attr), attr
+    assert inline.trims > 0 or not trimming
+
+
+def test_plugged_decision_must_return_a_decision() -> None:
+    q = TrimmingQueue(8_000, 2_000, 4_000, decide=lambda *a: "maybe")
+    with pytest.raises(ValueError, match="maybe"):
+        q.enqueue(mk(100))
+
+
+def test_load_decision_from_a_file(tmp_path, monkeypatch) -> None:
+    path = tmp_path / "mine.py"
+    path.write_text("def decide(*args):\n    return 'drop'\n")
+    monkeypatch.setenv(TRIM_DECISION_ENV, str(path))
+    fn = decision_from_env()
+    assert fn(10, 100, True, 0, 10_000, True, 10, 11, 46) == DROP
+    monkeypatch.delenv(TRIM_DECISION_ENV)
+    assert decision_from_env() is None
+    (tmp_path / "empty.py").write_text("x = 1\n")
+    with pytest.raises(ImportError, match="decide"):
+        load_decision(str(tmp_path / "empty.py"))
