@@ -6,7 +6,10 @@ The sender never learns the path itself, only what happens to packets sent on th
 * ECN marks and trims mean *congestion*: the EV's weight drops (state CONGESTED) and recovers
   with clean ACKs; it is never retired for it.
 * A loss (or data RTO) means *failure*: the EV is retired at once (FAILED), receives no data,
-  and is probed on a timer with exponential back-off; an answered probe re-admits it.
+  and is probed on a timer with exponential back-off; an answered probe re-admits it. What
+  retiring, backing off and re-admitting do to an EV is `endpoint.ev_policy` (three functions,
+  replaceable per process with ``TESTBED_EV_POLICY=/path/file.py``: Lab 4); the state changes
+  and their bookkeeping stay here.
 
 Selection is weighted round-robin with credits, so a CONGESTED EV of weight w carries about
 w times the packets of a GOOD one, and consecutive packets land on different EVs (and, as EV i
@@ -15,9 +18,15 @@ is on plane i % planes, on different planes).
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from enum import Enum
+from types import ModuleType
 
 from endpoint.config import TransportConfig
+
+EV_POLICY_ENV = "TESTBED_EV_POLICY"
+POLICY_FUNCTIONS = ("retire", "schedule_probe", "readmit")
 
 
 class EVState(str, Enum):
@@ -67,6 +76,10 @@ class EVSet:
         self._next = 0
         self._next_failed = 0
         self._on_change = on_change  # callback(now, ev, old_state, new_state) for stats
+        policy = current_policy()
+        self._retire = policy.retire
+        self._schedule_probe = policy.schedule_probe
+        self._readmit = policy.readmit
         # FAILED EVs, kept by _set: the timer queries below run on every event-loop turn of the
         # endpoint process, and scanning every EV there cost ~10% of its CPU.
         self._failed: list[EVPath] = []
@@ -124,24 +137,16 @@ class EVSet:
     def retire(self, ev: int, now: float, next_probe_seq: int) -> bool:
         """Mark ``ev`` FAILED and schedule its first probe. False if it already was."""
         p = self.by_ev.get(ev)
-        if p is None or p.state is EVState.FAILED:
+        if p is None or not self._retire(p, now, next_probe_seq, self.cfg):
             return False
-        p.failed_at = now
-        p.retirements += 1
-        p.probe_backoff = 1.0
-        p.probe_min_seq = next_probe_seq
-        p.next_probe_at = now + self.cfg.probe_interval
         self._set(p, EVState.FAILED, now)
         return True
 
     def readmit(self, ev: int, probe_seq: int, now: float) -> bool:
         """A PROBE-ACK arrived: re-admit ``ev`` if it answers a probe sent since it failed."""
         p = self.by_ev.get(ev)
-        if p is None or p.state is not EVState.FAILED or probe_seq < p.probe_min_seq:
+        if p is None or not self._readmit(p, probe_seq, now, self.cfg):
             return False
-        p.weight = 1.0
-        p.credit = 0.0
-        p.next_probe_at = float("inf")
         self._set(p, EVState.GOOD, now)
         return True
 
@@ -154,11 +159,7 @@ class EVSet:
             return due
         for p in self.paths:  # in EV order, as before the _failed list existed
             if p.state is EVState.FAILED and p.next_probe_at <= now:
-                p.probe_backoff = min(p.probe_backoff * 2, 1 << 20)
-                interval = min(
-                    self.cfg.probe_interval_max, self.cfg.probe_interval * p.probe_backoff
-                )
-                p.next_probe_at = now + interval
+                self._schedule_probe(p, now, self.cfg)
                 due.append(p)
         return due
 
@@ -181,3 +182,44 @@ class EVSet:
             self._failed.remove(p)
         if self._on_change is not None:
             self._on_change(now, p.ev, old, state)
+
+
+# -- the failure policy --------------------------------------------------------------------------
+
+_policy: ModuleType | None = None  # what EVSets built from now on use; None: not chosen yet
+
+
+def load_policy(path: str) -> ModuleType:
+    """The Python file at `path` as a policy module (``retire``, ``schedule_probe``, ``readmit``)."""
+    spec = importlib.util.spec_from_file_location("ev_policy_plugin", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{EV_POLICY_ENV}={path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    missing = [f for f in POLICY_FUNCTIONS if not callable(getattr(module, f, None))]
+    if missing:
+        raise ImportError(f"{EV_POLICY_ENV}={path}: no function {', '.join(missing)}")
+    return module
+
+
+def current_policy() -> ModuleType:
+    """The policy module: the one `use_policy` set, else ``$TESTBED_EV_POLICY``'s (loaded once per
+    process), else the built-in `endpoint.ev_policy`."""
+    global _policy
+    if _policy is None:
+        path = os.environ.get(EV_POLICY_ENV)
+        if path:
+            _policy = load_policy(path)
+        else:
+            from endpoint import ev_policy
+
+            _policy = ev_policy
+    return _policy
+
+
+def use_policy(module: ModuleType | None) -> ModuleType | None:
+    """Make EVSets built from now on use `module` (None: choose again as at process start);
+    returns the previous choice, for restoring it."""
+    global _policy
+    previous, _policy = _policy, module
+    return previous
