@@ -1,5 +1,6 @@
 """The `testbed` command (DESIGN.md "Command line"): up, inspect, exec, ctl, counters, cli, down,
-clean, bench. Errors are one line naming the bad argument, and exit status 2."""
+clean, run, compare, list, bench, lab. Errors are one line naming the bad argument, and exit
+status 2."""
 
 from __future__ import annotations
 
@@ -461,6 +462,25 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_lab(args: argparse.Namespace) -> int:
+    from testbed.labs import LabError, check_lab, find_lab, format_list, format_report, list_labs
+
+    try:
+        if args.lab_cmd == "list":
+            print(format_list(list_labs()))
+            return 0
+        report = check_lab(
+            find_lab(args.number),
+            solution=args.solution,
+            unit_only=args.unit_only,
+            verbose=args.verbose,
+        )
+    except LabError as exc:
+        raise CliError(str(exc)) from None
+    print(format_report(report))
+    return report.exit_code
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="testbed", description="Emulated leaf-spine fabric for MRC-style multipath transport."
@@ -569,6 +589,21 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--duration", type=float, default=2.0, help="seconds per measurement")
     be.add_argument("--quick", action="store_true", help="shorter runs (CI)")
     be.set_defaults(func=cmd_bench)
+
+    lab = sub.add_parser("lab", help="teaching labs: list them, grade your code")
+    lab_sub = lab.add_subparsers(dest="lab_cmd", required=True, metavar="list|check")
+    lab_sub.add_parser("list", help="the labs and what each asks you to write")
+    lc = lab_sub.add_parser(
+        "check",
+        help="run a lab's checks against your code (unit tests, then a short scenario as root)",
+        description="Exit 0 if every check passed, 1 if one failed, 3 if the unit checks "
+        "passed but the scenario part was skipped because it needs root.",
+    )
+    lc.add_argument("number", type=int, help="the lab's number")
+    lc.add_argument("--solution", action="store_true", help="check labs/solutions/labN instead")
+    lc.add_argument("--unit-only", action="store_true", help="the unit checks only (no root)")
+    lc.add_argument("-v", "--verbose", action="store_true", help="show pytest's own output")
+    lab.set_defaults(func=cmd_lab)
     return ap
 
 
