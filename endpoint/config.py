@@ -55,10 +55,18 @@ class TransportConfig:
     ecn_weight_factor: float = 0.5  # an ECN-marked or trimmed EV's weight is multiplied by this
     weight_min: float = 0.125
     weight_recover: float = 0.05  # added to an EV's weight per clean ACK
+    tail_copies: int = 3  # copies (distinct EVs) of an RTO / tail-loss-probe resend (mrc)
+    ack_miss_limit: int = 2  # own ACKs missing in a row (data covered by later ACKs) -> retire
     probe_interval: float = 1e-3  # first probe this long after a retirement
     probe_interval_max: float = 16e-3  # probes back off (x2) up to this while unanswered
 
     # Receiver.
+    # "paired": a reply (ACK, NACK, PROBE-ACK) to a packet on EV e leaves on EV pair(e), a fixed
+    # shuffle within e's plane, so e names a round trip and a dead reverse path retires e like a
+    # dead forward one (see reply_pairs for why not e itself); "spray": replies rotate over this
+    # side's EVs (each lost ACK covered by the next one's cumulative PSN, but a message's last
+    # ACK keeps dying for as long as the failure lasts).
+    reply_ev: str = "paired"
     ack_every: int = 1  # ACK coalescing (1 = every packet; out-of-order/CE/dup ACK at once)
     ack_delay: float = 50e-6  # a coalesced ACK waits at most this long
     max_message_bytes: int = 256 * 1024 * 1024
@@ -82,6 +90,12 @@ class TransportConfig:
             raise ValueError(f"window_psns must be 1..{MAX_WINDOW}")
         if not 0 < self.min_cwnd <= self.init_cwnd <= self.max_cwnd:
             raise ValueError("need 0 < min_cwnd <= init_cwnd <= max_cwnd")
+        if self.reply_ev not in ("paired", "spray"):
+            raise ValueError(f"reply_ev must be paired or spray, got {self.reply_ev!r}")
+        if not 1 <= self.tail_copies <= 16:
+            raise ValueError("tail_copies must be 1..16")
+        if self.ack_miss_limit < 1:
+            raise ValueError("ack_miss_limit must be >= 1")
         if self.ack_every < 1:
             raise ValueError("ack_every must be >= 1")
         if not 0 < self.weight_min <= 1:
@@ -89,3 +103,26 @@ class TransportConfig:
 
     def ev_values(self) -> list[int]:
         return [self.ev_base + i for i in range(self.num_evs)]
+
+    def reply_pairs(self) -> dict[int, int]:
+        """EV of a packet -> EV of its reply: a fixed shuffle of the EVs of each plane.
+
+        Not the identity: ECMP hashes are CRCs, which are linear, so the forward hash of
+        (A, B, e) and the reverse hash of (B, A, e) differ by a constant that does not depend on
+        e. Replying on e itself ties every EV of a host pair to the same reverse choice: on the
+        2-spine fabric every round trip of a pair crossed both spines, and one dead spine link
+        retired all 64 EVs (seen in silent-blackhole). A shuffle is not linear, so the reverse
+        choice is independent of the forward one, as in a real fabric with many paths; keeping
+        the plane keeps a round trip on one plane, so a plane failure retires only its own EVs.
+        """
+        import random
+
+        evs = self.ev_values()
+        shuffle = random.Random(0x4D5243)  # fixed: both ends, every run, the same pairs
+        pairs: dict[int, int] = {}
+        for plane in range(self.planes):
+            own = evs[plane :: self.planes]
+            mixed = own[:]
+            shuffle.shuffle(mixed)
+            pairs.update(zip(own, mixed, strict=True))
+        return pairs

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections import deque
 from enum import Enum
 from types import ModuleType
 
@@ -27,6 +28,9 @@ from endpoint.config import TransportConfig
 
 EV_POLICY_ENV = "TESTBED_EV_POLICY"
 POLICY_FUNCTIONS = ("retire", "schedule_probe", "readmit")
+
+
+RECENT_ACKED = 8  # resends rotate over the EVs of this many latest ACKs
 
 
 class EVState(str, Enum):
@@ -50,6 +54,7 @@ class EVPath:
         "probe_min_seq",
         "retirements",
         "packets_sent",
+        "ack_misses",
     )
 
     def __init__(self, ev: int, plane: int) -> None:
@@ -64,6 +69,7 @@ class EVPath:
         self.probe_min_seq = 0
         self.retirements = 0
         self.packets_sent = 0
+        self.ack_misses = 0  # packets in a row acknowledged only by later packets' ACKs
 
 
 class EVSet:
@@ -75,6 +81,9 @@ class EVSet:
         self.by_ev = {p.ev: p for p in self.paths}
         self._next = 0
         self._next_failed = 0
+        self._next_resend = 0
+        # The EVs of the latest ACKs, oldest first (the sender appends): where resends go.
+        self.recent: deque[EVPath] = deque(maxlen=RECENT_ACKED)
         self._on_change = on_change  # callback(now, ev, old_state, new_state) for stats
         policy = current_policy()
         self._retire = policy.retire
@@ -114,6 +123,25 @@ class EVSet:
         self._next_failed += 1
         return p
 
+    def pick_resend(self, exclude: int | None = None) -> EVPath:
+        """An EV for a packet already lost once: one of the EVs whose ACKs arrived last, in
+        turn (the most recent first), else whatever ``pick`` gives.
+
+        Right after a failure the sender does not yet know which of its EVs died; a resend on
+        the next EV in the rotation landed on another dead one as often as the failure's share
+        of the paths (75% of round trips across a dead spine link on two spines), and a tail
+        packet then needed one RTO per attempt. An EV that has just been acknowledged is the
+        best evidence of a working round trip there is.
+        """
+        recent = self.recent
+        n = len(recent)
+        for i in range(n):
+            p = recent[n - 1 - (self._next_resend + i) % n]
+            if p.state is not EVState.FAILED and p.ev != exclude:
+                self._next_resend = (self._next_resend + i + 1) % RECENT_ACKED
+                return p
+        return self.pick(exclude)
+
     def healthy_count(self) -> int:
         return sum(1 for p in self.paths if p.state is not EVState.FAILED)
 
@@ -147,6 +175,7 @@ class EVSet:
         p = self.by_ev.get(ev)
         if p is None or not self._readmit(p, probe_seq, now, self.cfg):
             return False
+        p.ack_misses = 0
         self._set(p, EVState.GOOD, now)
         return True
 

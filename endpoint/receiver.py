@@ -75,15 +75,19 @@ class Receiver:
         self._pending_count = 0
         self._pending_ce = 0
         self.ack_deadline: float | None = None
-        # Replies are sprayed over this side's EVs (single-path: they follow the data's EV), so
-        # a dead reverse path costs a fraction of the ACKs, each covered by the next one's
-        # cumulative PSN and SACK block, instead of every ACK of one forward EV.
+        # Replies to EV e leave on EV pair(e) by default (cfg.reply_ev "paired"): the sender's
+        # view of e then covers a whole round trip, so a reverse path that dies retires e
+        # instead of silently eating a share of the ACKs -- sprayed replies lost a message's
+        # last ACK half the time during a spine-link blackhole, an RTO per message for the
+        # whole failure. Single-path (RC) replies on the data's own EV.
+        self._spray_replies = cfg.reply_ev == "spray" and not self.go_back_n
+        self._pairs = {} if self.go_back_n or self._spray_replies else cfg.reply_pairs()
         self._reply_evs = cfg.ev_values()
         self._reply_next = 0
 
     def _reply_ev(self, data_ev: int) -> int:
-        if self.go_back_n:
-            return data_ev
+        if not self._spray_replies:
+            return self._pairs.get(data_ev, data_ev)
         evs = self._reply_evs
         ev = evs[self._reply_next]
         self._reply_next = (self._reply_next + 1) % len(evs)

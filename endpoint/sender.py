@@ -38,6 +38,8 @@ from endpoint.wire import (
 
 _INFLIGHT, _LOST, _ACKED = 0, 1, 2
 _MAX_RTT_SAMPLE = 30.0  # seconds; a larger "RTT" comes from a forged or corrupt timestamp
+_LAST_RESORT = ("rto", "tlp")  # resends made without any ACK evidence (see _send_copies)
+_TLP_MIN = 2e-3  # tail-loss probe timeout floor (the PTO is max(2 srtt, this))
 
 
 class OutMessage:
@@ -114,6 +116,12 @@ class Sender:
         self.next_msg_id = first_msg_id & 0xFFFFFFFF
         self.rack_sent = float("-inf")  # send time of the latest-sent packet known delivered
         self.rto_backoff = 1
+        self.last_progress_at = float("-inf")  # when an ACK last acknowledged new data
+        # Reverse-path checks need one ACK per packet (with coalescing, "covered" is normal).
+        self._ack_paths = self.mode is Mode.MRC and cfg.ack_every == 1
+        self._tlp_on = self.mode is Mode.MRC
+        self._tail_copies = cfg.tail_copies if self.mode is Mode.MRC else 1
+        self._tlp_epoch = float("nan")  # last_progress_at when the last tail-loss probe left
         self.probe_seq = 0
         self._probe_queue: list = []
         self._gbn_rewound_at = float("-inf")
@@ -198,7 +206,10 @@ class Sender:
         if self.mode is Mode.SINGLE_PATH:
             ev, plane = self.single_ev, self.single_plane
         else:
-            path = self.evs.pick(exclude=p.ev if p.transmissions else None)
+            if p.transmissions and self.mode is Mode.MRC:
+                path = self.evs.pick_resend(exclude=p.ev)
+            else:
+                path = self.evs.pick(exclude=p.ev if p.transmissions else None)
             ev, plane = path.ev, path.plane
             path.packets_sent += 1
         flags = 0
@@ -229,6 +240,29 @@ class Sender:
         c["data_tx"] += 1
         c["data_bytes_tx"] += p.length
         out.append((ev, plane, payload, TOS_DATA))
+        if self._tail_copies > 1 and p.reason in _LAST_RESORT:
+            self._send_copies(p, payload, out)
+
+    def _send_copies(self, p: OutPacket, payload: bytes, out: list) -> None:
+        """Extra copies of a last-resort (RTO or tail-probe) resend, each on another EV.
+
+        Such a resend has no evidence of a working round trip to go on: right after a failure
+        the EVs acknowledged last were acknowledged before it, and with a spine link dead both
+        ways 3 in 4 round trips of a 2-spine fabric are gone, so one copy needed four tries on
+        average, an RTO each. ``tail_copies`` copies on distinct EVs all die with probability
+        0.75^k. They cost a few packets per tail loss; the receiver drops the duplicates. The
+        packet keeps the first copy's EV, whose retirement a later loss would decide.
+        """
+        c = self.stats.counters
+        used = {p.ev}
+        for _ in range(self._tail_copies - 1):
+            path = self.evs.pick(exclude=p.ev)
+            if path.ev in used or path.state is EVState.FAILED:
+                continue
+            used.add(path.ev)
+            path.packets_sent += 1
+            c["tail_copies_tx"] += 1
+            out.append((path.ev, path.plane, payload, TOS_DATA))
 
     # -- feedback ------------------------------------------------------------------------------
 
@@ -244,16 +278,21 @@ class Sender:
         acked = 0
         newest = float("-inf")
         unacked = self.unacked
+        direct = a.psn
+        # Packets acknowledged by another packet's ACK (cumulative or SACK), not their own.
+        covered: list[OutPacket] = []
         if dc > 0:
             base = self.snd_una
             for i in range(dc):
                 p = unacked.get(psn_add(base, i))
                 if p is not None:
                     acked += self._acked(p, now)
+                    if p.psn != direct:
+                        covered.append(p)
                     if p.transmissions == 1 and p.sent_at > newest:
                         newest = p.sent_at
             self.snd_una = a.cum_psn
-        p = unacked.get(a.psn)
+        p = unacked.get(direct)
         if p is not None:
             acked += self._acked(p, now)
             if rtt is not None:
@@ -266,11 +305,21 @@ class Sender:
                 p = unacked.get(psn_add(base, low.bit_length() - 1))
                 if p is not None:
                     acked += self._acked(p, now)
+                    if p.psn != direct:
+                        covered.append(p)
                     if p.transmissions == 1 and p.sent_at > newest:
                         newest = p.sent_at
                 bits ^= low
         while self.snd_una != self.next_psn and self.snd_una not in unacked:
             self.snd_una = psn_add(self.snd_una, 1)
+        ev_path = self.evs.by_ev.get(a.ev_echo)
+        if ev_path is not None:
+            ev_path.ack_misses = 0
+            recent = self.evs.recent
+            if not recent or recent[-1] is not ev_path:
+                recent.append(ev_path)
+        if covered and rtt is not None and self._ack_paths:
+            self._missing_acks(covered, now - rtt, now)
         ce = a.ecn_echo > 0
         if ce:
             st.counters["ecn_echo_rx"] += 1
@@ -279,6 +328,7 @@ class Sender:
             self.evs.on_clean_ack(a.ev_echo, now)
         if acked:
             self.rto_backoff = 1
+            self.last_progress_at = now
             self.cc.on_ack(
                 acked, rtt, self.rtt.min_rtt, self.rtt.smoothed(self.cfg.rto_initial), ce, now
             )
@@ -286,6 +336,33 @@ class Sender:
             self.rack_sent = newest
         if self.mode is not Mode.SINGLE_PATH:
             self._detect_losses(now)
+
+    def _missing_acks(self, covered: list[OutPacket], trigger_sent: float, now: float) -> None:
+        """Reverse-path failure: packets whose own ACK never came, though a later one's did.
+
+        Cumulative and SACK acknowledgement hide a dead reverse path: the data got through, the
+        next ACK covers it, nothing looks lost -- until a message's last ACK dies and costs an
+        RTO, for as long as the failure lasts. An EV names a round trip (replies to EV e leave
+        on the receiver's pair(e)), so an EV whose packets keep being acknowledged only by
+        packets sent more than the reorder allowance after them has a dead way back: after
+        ``ack_miss_limit`` such packets in a row (one lost ACK is noise) it is retired like a
+        dead forward path, and its probes (answered on the same pair) re-admit it.
+        """
+        limit = trigger_sent - self._reorder_allowance()
+        by_ev = self.evs.by_ev
+        for p in covered:
+            if p.sent_at >= limit:
+                continue
+            path = by_ev.get(p.ev)
+            if path is None:
+                continue
+            path.ack_misses += 1
+            if path.ack_misses >= self.cfg.ack_miss_limit:
+                self.stats.counters["ack_path_retired"] += 1
+                self._retire(p.ev, now)
+
+    def _reorder_allowance(self) -> float:
+        return max(self.cfg.reorder_min, self.cfg.reorder_rtt_frac * self.rtt.smoothed(0.0))
 
     def _rtt_sample(self, ts_echo: int, now: float) -> float | None:
         rtt = now - ts_echo / 1e9
@@ -314,8 +391,7 @@ class Sender:
         return p.length
 
     def _detect_losses(self, now: float) -> None:
-        allowance = max(self.cfg.reorder_min, self.cfg.reorder_rtt_frac * self.rtt.smoothed(0.0))
-        limit = self.rack_sent - allowance
+        limit = self.rack_sent - self._reorder_allowance()
         lost = []
         for p in self.inflight.values():
             if p.sent_at >= limit:
@@ -410,11 +486,30 @@ class Sender:
             return self.cfg.single_path_rto
         return self.rtt.rto() * self.rto_backoff
 
+    def _tlp_time(self) -> float | None:
+        """When to send a tail-loss probe (mrc), or None.
+
+        RACK needs a later packet's ACK to expose a loss; the last packets of a message have
+        none, and the RTO (srtt + 4 rttvar, 40-60 ms behind the queues of a 20 Mbps fabric) was
+        most of a step's P100 after a failure. Once per ACK-progress epoch, 2 srtt after the
+        newest packet left or the last ACK progress (whichever is later), that packet is resent
+        (as a last-resort resend, see ``_transmit``); its ACK, with SACK, lets RACK find the
+        rest of the tail at once.
+        """
+        if not self._tlp_on or self._tlp_epoch == self.last_progress_at:
+            return None
+        newest = next(reversed(self.inflight.values()))
+        since = max(newest.sent_at, self.last_progress_at)
+        return since + max(2 * self.rtt.smoothed(self.cfg.rto_initial), _TLP_MIN)
+
     def next_timer(self) -> float | None:
         t = None
         if self.inflight:
             first = next(iter(self.inflight.values()))
             t = first.sent_at + self._rto()
+            tlp = self._tlp_time()
+            if tlp is not None and tlp < t:
+                t = tlp
         if self.mode is Mode.MRC:
             tp = self.evs.next_probe_time()
             if tp is not None and (t is None or tp < t):
@@ -431,6 +526,11 @@ class Sender:
         rto = self._rto()
         first = next(iter(self.inflight.values()))
         if first.sent_at + rto > now:
+            tlp = self._tlp_time()
+            if tlp is not None and tlp <= now:
+                self._tlp_epoch = self.last_progress_at
+                self.stats.counters["tlp_fired"] += 1
+                self._declare_lost(next(reversed(self.inflight.values())), "tlp", now, front=True)
             return
         self.stats.counters["rto_fired"] += 1
         self.cc.on_rto()

@@ -216,6 +216,7 @@ def failover(
     capacity_ratios: Sequence[float] | None = None,
     fallback_mbps: float | None = None,
     bin_s: float = BIN_S,
+    rhythm_s: float | None = None,
 ) -> tuple[Failover, list[Failover]]:
     """Failover time of the run (the worst over its failures) and of each failure.
 
@@ -233,24 +234,39 @@ def failover(
       counts as recovered at that moment. Resolution: one bin (10 ms).
     - a failure while nothing is outstanding is "not-exercised"; still no recovery when the run
       ended with data outstanding is "not-recovered".
+
+    `rhythm_s` (a step workload's healthy step time) changes the time scale, not the
+    definition: an all-reduce's goodput dips at every phase and barrier, so a 50 ms window and a
+    median bin measured the workload's rhythm (57 ms to 1.5 s for one scenario). With it, the
+    healthy level is the *mean* over the pre-window (at least two steps long), the sustain
+    window is one step, and bins are capped at the pre-window's best bin instead of the mean:
+    a step-long window at the healthy pace then averages the healthy level wherever it starts.
     """
     if not failure_times:
         return Failover(None, "no-failure"), []
     ratios = list(capacity_ratios) if capacity_ratios is not None else [1.0] * len(failure_times)
     first = min(failure_times)
+    pre_window = PRE_WINDOW_S if rhythm_s is None else max(PRE_WINDOW_S, 2 * rhythm_s)
     pre = [
         v
         for t, v in zip(bin_times, mbps, strict=True)
-        if first - PRE_WINDOW_S <= t and t + bin_s <= first + 1e-9 and _warm(t, bin_s, outstanding)
+        if first - pre_window <= t and t + bin_s <= first + 1e-9 and _warm(t, bin_s, outstanding)
     ]
+    cap = None
     if len(pre) >= 3:
-        healthy = statistics.median(pre)
+        if rhythm_s is None:
+            healthy = statistics.median(pre)
+        else:
+            healthy, cap = statistics.fmean(pre), max(pre)
     elif fallback_mbps is not None:
         healthy = fallback_mbps
     else:
         healthy = None
+    if cap is None:
+        cap = healthy
     last_end = outstanding[-1][1] if outstanding else 0.0
-    sustain = max(1, round(SUSTAIN_S / bin_s))
+    sustain_s = SUSTAIN_S if rhythm_s is None else max(SUSTAIN_S, rhythm_s)
+    sustain = max(1, round(sustain_s / bin_s))
     each: list[Failover] = []
     for t_fail, ratio in zip(failure_times, ratios, strict=True):
         span = next(((a, b) for a, b in outstanding if a <= t_fail < b), None)
@@ -266,7 +282,7 @@ def failover(
         result: Failover | None = None
         while True:
             window = [
-                min(mbps[j], healthy)
+                min(mbps[j], cap)
                 for j in range(k, min(k + sustain, len(mbps)))
                 if bin_times[j] + bin_s <= span[1] + 1e-9
             ]
@@ -305,6 +321,12 @@ def percentiles(values: Iterable[float]) -> dict[str, float | None]:
         v = data[max(0, math.ceil(p / 100 * len(data)) - 1)]
         out[name] = None if math.isinf(v) else v
     return out
+
+
+def step_rhythm_s(steps: Iterable[tuple[float, float | None]], before: float) -> float | None:
+    """Median duration of the steps that finished before `before` (None unless at least two)."""
+    done = [end - start for start, end in steps if end is not None and end <= before]
+    return statistics.median(done) if len(done) >= 2 else None
 
 
 def step_times_ms(steps: Iterable[tuple[float, float | None]]) -> tuple[list[float], int]:
@@ -385,6 +407,7 @@ def measure(
         complete=complete,
         capacity_ratios=ratios,
         fallback_mbps=FALLBACK_EFFICIENCY * bottleneck,
+        rhythm_s=step_rhythm_s(run.steps, min(fail_times, default=math.inf)),
     )
     step_ms, unfinished = step_times_ms(run.steps)
     pct = percentiles([*step_ms, *([math.inf] * unfinished)])

@@ -132,3 +132,32 @@ def test_rtt_estimator_and_rto_clamp() -> None:
     assert abs(r.srtt - 1e-3) < 1e-6 and r.rto() == 0.01
     r.sample(5.0)
     assert r.rto() == 0.1
+
+
+def _spine(seed: int, src: str, dst: str, sport: int, spines: int = 2) -> int:
+    """The spine a switch's ECMP (crc32 of the 5-tuple's addresses and ports) picks."""
+    import ipaddress
+    import struct
+    import zlib
+
+    key = ipaddress.ip_address(src).packed + ipaddress.ip_address(dst).packed
+    return zlib.crc32(key + struct.pack("!HH", sport, 4791), seed ^ 17) % spines
+
+
+def test_reply_pairs_decouple_the_reverse_path_from_the_forward_one() -> None:
+    cfg = TransportConfig()
+    a, b, seed_a, seed_b = "10.1.1.2", "10.1.2.2", 0x1234, 0xBEEF
+    evs = cfg.ev_values()
+    # A CRC is linear: replying on the data's own EV ties every EV of the pair to one answer.
+    same = {_spine(seed_a, a, b, e) == _spine(seed_b, b, a, e) for e in evs}
+    assert len(same) == 1
+    pairs = cfg.reply_pairs()
+    assert sorted(pairs) == sorted(pairs.values()) == evs  # a permutation
+    agree = sum(_spine(seed_a, a, b, e) == _spine(seed_b, b, a, pairs[e]) for e in evs)
+    assert 0.25 * len(evs) <= agree <= 0.75 * len(evs), agree
+
+
+def test_reply_pairs_keep_each_round_trip_on_one_plane() -> None:
+    cfg = TransportConfig(planes=4)
+    planes = {e: i % 4 for i, e in enumerate(cfg.ev_values())}
+    assert all(planes[e] == planes[r] for e, r in cfg.reply_pairs().items())

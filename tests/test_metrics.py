@@ -19,6 +19,7 @@ from testbed.metrics import (
     measure,
     outstanding_intervals,
     percentiles,
+    step_rhythm_s,
     step_times_ms,
 )
 from testbed.scenario import Expect, validate
@@ -361,3 +362,32 @@ def test_kernel_drops_are_flagged_loudly():
     assert "EMULATION OVERLOADED" in s["emulation"]["warning"]
     assert "12 packets" in emulation_warning(Emulation(kernel_drops=12))
     assert emulation_warning(Emulation()) is None
+
+
+def _steps(t: float, stall: tuple[float, float] | None = None) -> float:
+    """An all-reduce's rhythm: 150 ms at 40 Mbps, then a 40 ms barrier with nothing, repeating;
+    `stall` = (from, to) shifts everything after `from` by the stall's length."""
+    if stall is not None:
+        if stall[0] <= t < stall[1]:
+            return 0
+        if t >= stall[1]:
+            t -= stall[1] - stall[0]
+    return 40 if (t % 0.19) < 0.15 else 0
+
+
+def test_failover_of_a_step_workload_is_measured_at_its_own_rhythm():
+    # No stall at all: whatever phase of a step the failure lands in, it cost nothing.
+    for at in (2.0, 2.05, 2.24):
+        f = fo(_steps, at, rhythm_s=0.19)
+        assert f.status == "recovered" and f.ms <= 20, (at, f)
+    # A 60 ms stall at the failure reads about that long (to within a step's 10% slack).
+    f = fo(lambda t: _steps(t, (2.0, 2.06)), 2.0, rhythm_s=0.19)
+    assert 30 <= f.ms <= 80, f
+    # Without the rhythm, a barrier right after the failure reads as an outage.
+    assert fo(_steps, 2.24).ms >= 30
+
+
+def test_step_rhythm_is_the_median_of_steps_done_before_the_failure():
+    steps = [(0.0, 0.2), (0.2, 0.39), (0.39, 0.6), (0.6, 1.5), (1.5, None)]
+    assert step_rhythm_s(steps, before=0.7) == pytest.approx(0.2)
+    assert step_rhythm_s(steps, before=0.3) is None  # one step is not a rhythm
