@@ -550,6 +550,10 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("node", nargs="?")
     co.set_defaults(func=cmd_counters)
 
+    from testbed import fib_view
+
+    fib_view.add_parsers(sub, named)
+
     named(
         sub.add_parser("cli", help="interactive shell: node commands plus testbed commands")
     ).set_defaults(func=cmd_cli)
