@@ -37,6 +37,7 @@ PRE_WINDOW_S = 0.5  # healthy goodput is the median over this long before the fi
 WARMUP_S = 0.1  # ... ignoring the workload's first 100 ms (connection set-up, slow start)
 SUSTAIN_S = 0.05  # recovered = goodput held at the target for this long, not one lucky bin
 RECOVERY_FRACTION = 0.9  # DESIGN.md: "back at >= 90% of its pre-failure level"
+OUTAGE_FRACTION = 0.5  # a window below this share of the healthy level is an outage
 FALLBACK_EFFICIENCY = 0.85  # healthy level assumed when a failure leaves no pre-window
 
 
@@ -217,6 +218,7 @@ def failover(
     fallback_mbps: float | None = None,
     bin_s: float = BIN_S,
     rhythm_s: float | None = None,
+    failure_ends: Sequence[float] | None = None,
 ) -> tuple[Failover, list[Failover]]:
     """Failover time of the run (the worst over its failures) and of each failure.
 
@@ -232,6 +234,11 @@ def failover(
       `SUSTAIN_S`, with every bin capped at the healthy level, reaches the target; the cap stops
       one burst of held-back bytes from counting as recovery. Finishing all outstanding data
       counts as recovered at that moment. Resolution: one bin (10 ms).
+    - recovery only counts after the last *outage* -- a window whose mean is below
+      OUTAGE_FRACTION of the healthy level -- that begins before the failure ends
+      (`failure_ends`: its heal, or never): data already past the dead link keeps goodput up
+      for a moment after the failure, and a transport that collapses 100 ms later has not
+      recovered at 0 ms (mptcp read 0 ms in allreduce-under-failure with a 1.9 s stall).
     - a failure while nothing is outstanding is "not-exercised"; still no recovery when the run
       ended with data outstanding is "not-recovered".
 
@@ -268,7 +275,11 @@ def failover(
     sustain_s = SUSTAIN_S if rhythm_s is None else max(SUSTAIN_S, rhythm_s)
     sustain = max(1, round(sustain_s / bin_s))
     each: list[Failover] = []
-    for t_fail, ratio in zip(failure_times, ratios, strict=True):
+    if failure_ends is None:  # each failure lasts until the next one (or the end of the run)
+        later = sorted(failure_times)
+        failure_ends = [next((t for t in later if t > f), math.inf) for f in failure_times]
+    ends = list(failure_ends)
+    for t_fail, ratio, t_end in zip(failure_times, ratios, ends, strict=True):
         span = next(((a, b) for a, b in outstanding if a <= t_fail < b), None)
         if span is None or healthy is None or healthy <= 0:
             each.append(Failover(None, "not-exercised"))
@@ -277,22 +288,39 @@ def failover(
         # outstanding interval ending at `last_end` was cut by the end of the run.
         span_done = complete or span[1] < last_end
         target = RECOVERY_FRACTION * healthy * min(1.0, max(0.0, ratio))
-        # Start with the bin holding the failure: a failure that costs nothing reads 0 ms.
-        k = int(t_fail / bin_s + 1e-9)
-        result: Failover | None = None
-        while True:
+
+        span_end = span[1]
+
+        def mean_at(k: int, full: bool = False) -> float | None:
             window = [
                 min(mbps[j], cap)
                 for j in range(k, min(k + sustain, len(mbps)))
-                if bin_times[j] + bin_s <= span[1] + 1e-9
+                if bin_times[j] + bin_s <= span_end + 1e-9  # noqa: B023 - used within the turn
             ]
-            if not window:
+            if not window or (full and len(window) < sustain):
+                return None
+            return sum(window) / len(window)
+
+        # Start with the bin holding the failure: a failure that costs nothing reads 0 ms --
+        # unless an outage still begins while the failure lasts (data already past the dead
+        # link kept goodput up for a moment), then recovery is looked for after the last one.
+        k = k_fail = int(t_fail / bin_s + 1e-9)
+        k_end = min(len(mbps), int(min(t_end, span[1]) / bin_s + 1e-9))
+        outage = OUTAGE_FRACTION * target / RECOVERY_FRACTION
+        for j in range(k_fail, k_end - sustain + 1):  # windows that end before the failure does
+            m = mean_at(j, full=True)
+            if m is not None and m < outage:
+                k = j + 1
+        result: Failover | None = None
+        while True:
+            m = mean_at(k)
+            if m is None:
                 if span_done:
                     result = Failover(max(0.0, span[1] - t_fail) * 1000.0, "recovered")
                 else:
                     result = Failover(None, "not-recovered")
                 break
-            if sum(window) / len(window) >= target:
+            if m >= target:
                 result = Failover(max(0.0, bin_times[k] - t_fail) * 1000.0, "recovered")
                 break
             k += 1
@@ -391,6 +419,8 @@ def measure(
     times, mbps = goodput_series(run.deliveries, run.end_s)
     ordered = sorted(applied, key=lambda a: a.time)
     fail_times, ratios, so_far = [], [], []
+    applied_times = [a.time for a in ordered if a.applied_at is not None]
+    ends = []
     for a in ordered:
         if a.applied_at is None:  # never applied: it did not happen to this run
             continue
@@ -399,6 +429,8 @@ def measure(
             fail_times.append(a.time)
             after = capacity_mbps(scenario, so_far)
             ratios.append(after / bottleneck if bottleneck > 0 else 1.0)
+            # The failure lasts until the next event changes the fabric (a heal, usually).
+            ends.append(next((t for t in applied_times if t > a.time), math.inf))
     fo, _ = failover(
         times,
         mbps,
@@ -408,6 +440,7 @@ def measure(
         capacity_ratios=ratios,
         fallback_mbps=FALLBACK_EFFICIENCY * bottleneck,
         rhythm_s=step_rhythm_s(run.steps, min(fail_times, default=math.inf)),
+        failure_ends=ends,
     )
     step_ms, unfinished = step_times_ms(run.steps)
     pct = percentiles([*step_ms, *([math.inf] * unfinished)])

@@ -391,3 +391,16 @@ def test_step_rhythm_is_the_median_of_steps_done_before_the_failure():
     steps = [(0.0, 0.2), (0.2, 0.39), (0.39, 0.6), (0.6, 1.5), (1.5, None)]
     assert step_rhythm_s(steps, before=0.7) == pytest.approx(0.2)
     assert step_rhythm_s(steps, before=0.3) is None  # one step is not a rhythm
+
+
+def test_failover_counts_an_outage_that_starts_after_a_moment_of_good_goodput():
+    # The data already past the dead link keeps goodput up for 100 ms, then nothing until
+    # 1.9 s after the failure; the failure heals at 3.5 s.
+    def rate(t: float) -> float:
+        return 0 if 2.1 <= t < 3.9 else 40
+
+    f = failover(*series(rate), [(0.0, 5.0)], [2.0], complete=False, failure_ends=[3.5])[0]
+    assert f.ms == pytest.approx(1900, abs=20)
+    # An outage after the failure has ended is not this failure's.
+    g = failover(*series(rate), [(0.0, 5.0)], [2.0], complete=False, failure_ends=[2.05])[0]
+    assert g.ms == 0
