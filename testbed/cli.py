@@ -463,6 +463,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_lab(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from testbed.labs import LabError, check_lab, find_lab, format_list, format_report, list_labs
 
     try:
@@ -472,8 +474,10 @@ def cmd_lab(args: argparse.Namespace) -> int:
         report = check_lab(
             find_lab(args.number),
             solution=args.solution,
+            code=Path(args.code) if args.code else None,
             unit_only=args.unit_only,
             verbose=args.verbose,
+            results_dir=Path(args.out) if args.out else None,
         )
     except LabError as exc:
         raise CliError(str(exc)) from None
@@ -604,8 +608,11 @@ def build_parser() -> argparse.ArgumentParser:
         "passed but the scenario part was skipped because it needs root.",
     )
     lc.add_argument("number", type=int, help="the lab's number")
-    lc.add_argument("--solution", action="store_true", help="check labs/solutions/labN instead")
+    who = lc.add_mutually_exclusive_group()
+    who.add_argument("--solution", action="store_true", help="check labs/solutions/labN instead")
+    who.add_argument("--code", help="check the student files in this folder instead (grading)")
     lc.add_argument("--unit-only", action="store_true", help="the unit checks only (no root)")
+    lc.add_argument("--out", help="results folder (default labs/<lab>/results)")
     lc.add_argument("-v", "--verbose", action="store_true", help="show pytest's own output")
     lab.set_defaults(func=cmd_lab)
     return ap
