@@ -1,6 +1,15 @@
 # Two commands do everything on a fresh Debian 12 / Ubuntu 24.04: `sudo make demo`, `sudo make test`.
-VENV ?= .venv
+# The classroom VM keeps its venv outside the shared folder (see Vagrantfile); use it there, so
+# that `sudo make demo` in the VM neither builds a second venv nor writes one into /vagrant.
+VM_VENV ?= /opt/mrc-testbed/venv
+ifdef TESTBED_VENV
+VENV ?= $(TESTBED_VENV)
+else
+VENV ?= $(if $(wildcard $(VM_VENV)/bin/python),$(VM_VENV),.venv)
+endif
 PY := $(VENV)/bin/python
+# scripts/setup.sh and scripts/demo.sh read it.
+export TESTBED_VENV := $(abspath $(VENV))
 
 .PHONY: setup test demo lint format clean
 
