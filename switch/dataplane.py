@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from zlib import crc32
 
-from switch import frames
+from switch import fastpath, frames
 from switch.config import SwitchConfig
 from switch.control import ControlServer
 from switch.fib import BUCKET_MASK, Fib
@@ -98,6 +98,11 @@ class Switch:
         self.late_us: list[float] = []  # recent timer lateness samples (emulation health)
         self.debug_log = None
         self._route_cache: dict[int, object] = {}
+        # The inline ring path's decisions per flow (switch/fastpath.py): a flow's next hop,
+        # keyed by its src, dst, sport, dport bytes; cleared by refresh(), i.e. on any change.
+        self.udp_flows: dict[bytes, tuple] = {}
+        self.tcp_flows: dict[bytes, tuple] = {}
+        self.tx_rings = fastpath.tx_rings(self.io)
         self._seed = self.fib.seed
         self.fast = True
         self.running = True
@@ -226,6 +231,8 @@ class Switch:
         """Recompute the flags that gate the inline path; call after any state change."""
         if len(self._route_cache) > 65536:
             self._route_cache.clear()
+        self.udp_flows.clear()
+        self.tcp_flows.clear()
         self.fast = self.up and self.debug_log is None
         for p in self.ports:
             p.refresh()
@@ -333,7 +340,7 @@ class Switch:
         waitset = list(fd_ring)
         if control is not None:
             waitset.append(control.fileno())
-        batch: list[bytearray] = []
+        forward = fastpath.forward_from_ring
         deadline: float | None = None
         monotonic = time.monotonic
         late = self.late_us
@@ -354,17 +361,13 @@ class Switch:
             if control is not None and control.fileno() in readable:
                 control.serve(self)
             # Drain every ring in bursts; a burst from one port must not starve another.
-            receive = self.receive_batch
             busy = True
             got = False
             while busy:
                 busy = False
                 for port, io in pairs:
-                    if io.read_batch(batch, 64):
+                    if forward(self, port, io, monotonic(), 64):
                         busy = got = True
-                        receive(port, batch, monotonic())
-                        batch.clear()
-                        io.release()
                 deadline = self._service(shaped, monotonic())
                 # One syscall hands the whole burst to the kernel, per port.
                 for io in rings:

@@ -62,6 +62,7 @@ class Port:
         "index", "name", "mac", "peer_mac", "nominal_rate_mbps", "nominal_delay_us", "queue",
         "transmit", "rng", "counters", "up", "blackhole", "loss", "rx_up", "rx_blackhole",
         "rx_loss", "busy_until", "inflight", "rate_mbps", "sec_per_byte", "delay_s", "rx_clean",
+        "direct",
     )  # fmt: skip
 
     def __init__(
@@ -100,11 +101,19 @@ class Port:
         self.set_rate(rate_mbps)
         self.delay_s = delay_us / 1e6
         self.rx_clean = True
+        self.direct = True
         self.refresh()
 
     def refresh(self) -> None:
-        """`rx_clean`: nothing impairs receive on this port, so the inline path may take it."""
+        """Flags that gate the inline paths; call after any change of failure state or delay.
+
+        `rx_clean`: nothing impairs receive on this port. `direct`: nothing on egress but the
+        shaper -- carrier up, no gray failure, no propagation delay -- so a frame that finds
+        the link idle may go from an rx ring slot straight into this port's tx ring
+        (switch/fastpath.py).
+        """
         self.rx_clean = self.rx_up and not self.rx_blackhole and not self.rx_loss
+        self.direct = self.up and not self.blackhole and not self.loss and self.delay_s == 0.0
 
     def set_rate(self, mbps: float) -> None:
         self.rate_mbps = mbps
@@ -121,6 +130,7 @@ class Port:
         self.loss = self.rx_loss = 0.0
         self.set_rate(self.nominal_rate_mbps)
         self.delay_s = self.nominal_delay_us / 1e6
+        self.refresh()
 
     def set_down(self) -> None:
         self.up = False
@@ -128,6 +138,7 @@ class Port:
         self.inflight.clear()
         if dropped:
             self.counters.drop(DROP_LINK_DOWN, dropped)
+        self.refresh()
 
     def offer(self, frame: bytearray, now: float) -> None:
         """Hand a routed frame to this port's egress."""

@@ -95,21 +95,30 @@ class RingSocket:
             raise
         self.sock = sock
         self.fd = sock.fileno()
+        self._send = sock.send
+        self._init_rings(self.mm, blocks * BLOCK_SIZE)
+
+    def _init_rings(self, mm: mmap.mmap, tx_base: int) -> None:
+        """The ring state over a mapping laid out rx ring first, then tx ring at `tx_base`.
+
+        Apart from __init__ so that tests can run the very same ring code over an anonymous
+        mapping (see tests/test_switch_fastpath.py) without a socket.
+        """
+        self.mm = mm
         self.head = 0
         self.stuck_since = 0.0
         self.kernel_drops = 0
         self.truncated = 0
         self.ring_skips = 0
-        self.tx_base = blocks * BLOCK_SIZE
-        self.mv = memoryview(self.mm)  # slice-assignable from a bytearray on PyPy too
+        self.tx_base = tx_base
+        self.mv = memoryview(mm)  # slice-assignable from a bytearray on PyPy too
         self.u32 = self.mv.cast("I")
         self.u16 = self.mv.cast("H")
-        self.tx_word0 = self.tx_base // 4
+        self.tx_word0 = tx_base // 4
         self.held: list[int] = []
         self.tx_head = 0
         self.tx_pending = 0
         self.tx_errors = 0
-        self._send = sock.send
 
     def fileno(self) -> int:
         return self.fd

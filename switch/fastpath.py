@@ -1,0 +1,201 @@
+"""The inline forwarding loop: from an rx ring slot to a tx ring slot, in one pass.
+
+Why a separate loop: at 1400 B the switch's Python work per packet, not the kernel, is what
+kept it below a bare recv/send repeater (docs/performance.md). `Switch.receive_batch` is the
+readable inline path over frame objects; this is the same decision made on the mapped rings
+themselves, with no frame object at all in the common case:
+
+- the slot's frame is parsed with one `int.from_bytes` of bytes 12..33 (ethertype and the
+  whole IPv4 header): ethertype, version/IHL, TTL, protocol, total length and destination
+  are shifts of that integer, and the header checksum is checked as the integer modulo
+  0xFFFF (2**16 == 1 mod 0xFFFF, so the integer is congruent to the one's-complement sum of
+  its 16-bit words; with ethertype 0x0800 in front, a valid header leaves 0x0800);
+- TTL, checksum (RFC 1624) and the L2 header are rewritten in the rx slot;
+- if the egress port is `direct` (carrier up, no gray failure, no delay) and idle -- its queue
+  and in-flight list empty and its serialisation would end within EARLY_S, exactly the test
+  `Port.offer` makes -- the frame is copied once, slot to slot, into that port's tx ring;
+- every other case (anything malformed, a route not cached yet, a busy or impaired port,
+  a full tx ring, a port that is not a ring) goes through `Switch._receive_slow` or
+  `Port.offer` with a copy of the frame, so those remain the reference behaviour.
+
+The slot is handed back to the kernel as soon as its frame is dealt with: nothing keeps a
+view of it. tests/test_switch_fastpath.py runs this loop over in-memory rings and proves it
+sends exactly what `Switch.receive_batch` sends, for random frames and port states.
+"""
+
+from __future__ import annotations
+
+from zlib import crc32
+
+from switch.fib import BUCKET_MASK
+from switch.port import CATCH_UP_S, EARLY_S
+from switch.ring import (
+    FRAME_SIZE,
+    TP_STATUS_AVAILABLE,
+    TP_STATUS_COPY,
+    TP_STATUS_KERNEL,
+    TP_STATUS_SEND_REQUEST,
+    TP_STATUS_USER,
+    TX_DATA_OFF,
+    WORDS_PER_FRAME,
+    RingSocket,
+)
+
+_IPV4_NO_OPTIONS = 0x080045  # ethertype IPv4, then version 4 / IHL 5: the top 24 of 176 bits
+_from_bytes = int.from_bytes
+FLOW_CACHE_MAX = 65536  # flows per protocol; the cache starts over when it is full
+
+
+def tx_rings(ios: list) -> list[RingSocket | None]:
+    """Per port index, its RingSocket if it has one (the only kind this loop writes into)."""
+    return [io if isinstance(io, RingSocket) else None for io in ios]
+
+
+def _decide(sw, h: int, key, proto: int, flows: dict | None) -> tuple | None:
+    """The next hop of a frame whose route is cached, as (Port, L2 header, tx ring), or None.
+
+    None sends the frame to the slow path: its destination is not cached yet (the slow path
+    looks it up and caches it), is local, or has no live next hop. `key` is the flow's
+    src/dst/ports bytes (`flows` is where the answer is kept) or, for a protocol without
+    ports, the frame itself, hashed the slow path's way.
+    """
+    route = sw._route_cache.get(h & 0xFFFFFFFF)
+    live = route.live if route is not None else None
+    if not live:  # a local route has no members, so no live ones either
+        return None
+    if len(live) == 1:
+        out_index, l2 = live[0]
+    elif flows is not None:
+        out_index, l2 = route.table[crc32(key, sw._seed ^ proto) & BUCKET_MASK]
+    else:
+        out_index, l2 = route.table[sw.fib.flow_hash(key) & BUCKET_MASK]
+    hop = (sw.ports[out_index], l2, sw.tx_rings[out_index])
+    if flows is not None:
+        if len(flows) >= FLOW_CACHE_MAX:
+            flows.clear()
+        flows[key] = hop
+    return hop
+
+
+def forward_from_ring(sw, port, io: RingSocket, now: float, limit: int = 64) -> int:
+    """Forward up to `limit` frames waiting in `io`'s rx ring; returns how many were taken.
+
+    `sw` is the Switch, `port` the Port `io` belongs to. A port the inline path may not take (debug mode, switch down, rx impairment)
+    is read with `read_batch` and handed to `receive_batch` as before.
+    """
+    if not (sw.fast and port.rx_clean):
+        batch: list = []
+        n = io.read_batch(batch, limit)
+        if n:
+            sw.receive_batch(port, batch, now)
+            io.release()
+        return n
+    mm = io.mm
+    mv = io.mv
+    u32 = io.u32
+    u16 = io.u16
+    head = io.head
+    frame_nr = io.frame_nr
+    slow = sw._receive_slow
+    udp_flows = sw.udp_flows
+    tcp_flows = sw.tcp_flows
+    taken = 0
+    nbytes = 0
+    while taken < limit:
+        word = head * WORDS_PER_FRAME  # tpacket2_hdr: status, len, snaplen, mac(16), net(16)
+        status = u32[word]
+        if not status & TP_STATUS_USER:
+            if taken == 0 and not io.held:
+                io.head = head
+                if io._skip_stuck_slot(head * FRAME_SIZE):
+                    head = io.head
+                    continue
+            break
+        n = u32[word + 1]
+        if status & TP_STATUS_COPY or u32[word + 2] < n:
+            io.truncated += 1
+        else:
+            taken += 1
+            nbytes += n
+            off = head * FRAME_SIZE + u16[word * 2 + 6]
+            h = _from_bytes(mm[off + 12 : off + 34], "big")
+            if (
+                n < 34
+                or h >> 152 != _IPV4_NO_OPTIONS
+                or h % 0xFFFF != 0x0800  # header checksum (module docstring)
+                or (h >> 88) & 0xFF <= 1  # TTL
+                or not 20 <= (h >> 128) & 0xFFFF <= n - 14  # total length
+            ):
+                slow(port, bytearray(mv[off : off + n]), now)
+            else:
+                proto = (h >> 80) & 0xFF
+                if proto == 17 or proto == 6:
+                    # src, dst, sport, dport: the ECMP key, so also the key of the decision.
+                    flow = mm[off + 26 : off + 38]
+                    hop = (udp_flows if proto == 17 else tcp_flows).get(flow)
+                    if hop is None:
+                        hop = _decide(sw, h, flow, proto, udp_flows if proto == 17 else tcp_flows)
+                else:
+                    hop = _decide(sw, h, mv[off : off + n], proto, None)
+                if hop is None:
+                    slow(port, bytearray(mv[off : off + n]), now)
+                else:
+                    out, l2, tx = hop
+                    # TTL - 1, so the checksum rises by 0x0100 (RFC 1624), with the end-around
+                    # carry when it overflows, and 0xFEFF -> 0x0000 as a recompute would give.
+                    w = (h >> 64) & 0xFFFFFFFF  # TTL, protocol, checksum
+                    if w & 0xFFFF < 0xFEFF:
+                        w -= 0xFFFF00
+                    else:
+                        w = (w - 0x1000000) & 0xFFFF0000 | ((w & 0xFFFF) - 0xFEFF)
+                    mm[off + 22 : off + 26] = w.to_bytes(4, "big")
+                    mm[off : off + 12] = l2
+                    q = out.queue
+                    if (
+                        tx is not None
+                        and out.direct
+                        and not (out.inflight or q.data or q.prio)
+                        and tx.u32[tx.tx_word0 + tx.tx_head * WORDS_PER_FRAME]
+                        == TP_STATUS_AVAILABLE
+                    ):
+                        spb = out.sec_per_byte
+                        if spb != 0.0:
+                            busy = out.busy_until
+                            busy = (busy if busy > now - CATCH_UP_S else now) + n * spb
+                            # Port.offer's own test: an idle link that ends this frame's
+                            # serialisation within EARLY_S sends it now, else it waits.
+                            if out.busy_until > now + EARLY_S or busy > now + EARLY_S:
+                                out.offer(bytearray(mv[off : off + n]), now)
+                                busy = -1.0
+                            else:
+                                out.busy_until = busy
+                        else:
+                            busy = 0.0
+                        if busy >= 0.0:
+                            head_tx = tx.tx_head
+                            tword = tx.tx_word0 + head_tx * WORDS_PER_FRAME
+                            tu32 = tx.u32
+                            start = tword * 4 + TX_DATA_OFF
+                            tx.mm[start : start + n] = mv[off : off + n]
+                            tu32[tword + 1] = n  # tp_len
+                            tu32[tword + 2] = n  # tp_snaplen
+                            tu32[tword] = TP_STATUS_SEND_REQUEST  # the kernel's from here on
+                            head_tx += 1
+                            tx.tx_head = 0 if head_tx == tx.tx_nr else head_tx
+                            tx.tx_pending += 1
+                            c = out.counters
+                            c.tx_packets += 1
+                            c.tx_bytes += n
+                    else:
+                        out.offer(bytearray(mv[off : off + n]), now)
+        u32[word] = TP_STATUS_KERNEL  # nothing refers to the slot any more
+        head += 1
+        if head == frame_nr:
+            head = 0
+    io.head = head
+    if taken:
+        io.stuck_since = 0.0
+        c = port.counters
+        c.rx_packets += taken
+        c.rx_bytes += nbytes
+    return taken
