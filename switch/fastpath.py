@@ -43,6 +43,9 @@ from switch.ring import (
 
 _IPV4_NO_OPTIONS = 0x080045  # ethertype IPv4, then version 4 / IHL 5: the top 24 of 176 bits
 _from_bytes = int.from_bytes
+_TTL_DOWN = 0xFFFF00 << 64  # TTL - 1 and checksum + 0x0100, in bytes 12..33 as an integer
+_TTL_ONE = 0x1000000 << 64
+_CHECKSUM = 0xFFFF << 64
 FLOW_CACHE_MAX = 65536  # flows per protocol; the cache starts over when it is full
 
 
@@ -52,7 +55,10 @@ def tx_rings(ios: list) -> list[RingSocket | None]:
 
 
 def _decide(sw, h: int, key, proto: int, flows: dict | None) -> tuple | None:
-    """The next hop of a frame whose route is cached, as (Port, L2 header, tx ring), or None.
+    """The next hop of a frame whose route is cached, or None.
+
+    The hop is (Port, its L2 header as an integer shifted to sit on top of bytes 12..33, its
+    tx ring or None).
 
     None sends the frame to the slow path: its destination is not cached yet (the slow path
     looks it up and caches it), is local, or has no live next hop. `key` is the flow's
@@ -69,7 +75,7 @@ def _decide(sw, h: int, key, proto: int, flows: dict | None) -> tuple | None:
         out_index, l2 = route.table[crc32(key, sw._seed ^ proto) & BUCKET_MASK]
     else:
         out_index, l2 = route.table[sw.fib.flow_hash(key) & BUCKET_MASK]
-    hop = (sw.ports[out_index], l2, sw.tx_rings[out_index])
+    hop = (sw.ports[out_index], _from_bytes(l2, "big") << 176, sw.tx_rings[out_index])
     if flows is not None:
         if len(flows) >= FLOW_CACHE_MAX:
             flows.clear()
@@ -99,6 +105,8 @@ def forward_from_ring(sw, port, io: RingSocket, now: float, limit: int = 64) -> 
     slow = sw._receive_slow
     udp_flows = sw.udp_flows
     tcp_flows = sw.tcp_flows
+    soon = now + EARLY_S
+    floor = now - CATCH_UP_S
     taken = 0
     nbytes = 0
     while taken < limit:
@@ -140,54 +148,53 @@ def forward_from_ring(sw, port, io: RingSocket, now: float, limit: int = 64) -> 
                 if hop is None:
                     slow(port, bytearray(mv[off : off + n]), now)
                 else:
-                    out, l2, tx = hop
-                    # TTL - 1, so the checksum rises by 0x0100 (RFC 1624), with the end-around
-                    # carry when it overflows, and 0xFEFF -> 0x0000 as a recompute would give.
-                    w = (h >> 64) & 0xFFFFFFFF  # TTL, protocol, checksum
-                    if w & 0xFFFF < 0xFEFF:
-                        w -= 0xFFFF00
+                    out, l2h, tx = hop
+                    # The new bytes 0..33 as one integer: the next hop's L2 header on top of
+                    # the IPv4 header with TTL - 1, so its checksum + 0x0100 (RFC 1624) -- with
+                    # the end-around carry, and 0xFEFF -> 0x0000 as a recompute would give.
+                    if (h >> 64) & 0xFFFF < 0xFEFF:
+                        h = l2h | (h - _TTL_DOWN)
                     else:
-                        w = (w - 0x1000000) & 0xFFFF0000 | ((w & 0xFFFF) - 0xFEFF)
-                    mm[off + 22 : off + 26] = w.to_bytes(4, "big")
-                    mm[off : off + 12] = l2
+                        cs = ((h >> 64) & 0xFFFF) - 0xFEFF
+                        h = l2h | (h - _TTL_ONE) & ~_CHECKSUM | cs << 64
+                    hdr = h.to_bytes(34, "big")
                     q = out.queue
-                    if (
-                        tx is not None
-                        and out.direct
-                        and not (out.inflight or q.data or q.prio)
-                        and tx.u32[tx.tx_word0 + tx.tx_head * WORDS_PER_FRAME]
-                        == TP_STATUS_AVAILABLE
-                    ):
-                        spb = out.sec_per_byte
-                        if spb != 0.0:
-                            busy = out.busy_until
-                            busy = (busy if busy > now - CATCH_UP_S else now) + n * spb
-                            # Port.offer's own test: an idle link that ends this frame's
-                            # serialisation within EARLY_S sends it now, else it waits.
-                            if out.busy_until > now + EARLY_S or busy > now + EARLY_S:
-                                out.offer(bytearray(mv[off : off + n]), now)
-                                busy = -1.0
+                    sent = False
+                    if tx is not None and out.direct and not (out.inflight or q.data or q.prio):
+                        head_tx = tx.tx_head
+                        tword = tx.tx_word0 + head_tx * WORDS_PER_FRAME
+                        tu32 = tx.u32
+                        if tu32[tword] == TP_STATUS_AVAILABLE:
+                            spb = out.sec_per_byte
+                            if spb != 0.0:
+                                # Port.offer's own test: an idle link that ends this frame's
+                                # serialisation within EARLY_S sends it now, else it waits.
+                                busy = out.busy_until
+                                if busy <= soon:
+                                    busy = (busy if busy > floor else now) + n * spb
+                                    if busy <= soon:
+                                        out.busy_until = busy
+                                        sent = True
                             else:
-                                out.busy_until = busy
-                        else:
-                            busy = 0.0
-                        if busy >= 0.0:
-                            head_tx = tx.tx_head
-                            tword = tx.tx_word0 + head_tx * WORDS_PER_FRAME
-                            tu32 = tx.u32
-                            start = tword * 4 + TX_DATA_OFF
-                            tx.mm[start : start + n] = mv[off : off + n]
-                            tu32[tword + 1] = n  # tp_len
-                            tu32[tword + 2] = n  # tp_snaplen
-                            tu32[tword] = TP_STATUS_SEND_REQUEST  # the kernel's from here on
-                            head_tx += 1
-                            tx.tx_head = 0 if head_tx == tx.tx_nr else head_tx
-                            tx.tx_pending += 1
-                            c = out.counters
-                            c.tx_packets += 1
-                            c.tx_bytes += n
-                    else:
-                        out.offer(bytearray(mv[off : off + n]), now)
+                                sent = True
+                            if sent:
+                                start = tword * 4 + TX_DATA_OFF
+                                txmv = tx.mv
+                                txmv[start : start + 34] = hdr
+                                txmv[start + 34 : start + n] = mv[off + 34 : off + n]
+                                tu32[tword + 1] = n  # tp_len
+                                tu32[tword + 2] = n  # tp_snaplen
+                                tu32[tword] = TP_STATUS_SEND_REQUEST  # the kernel's from here on
+                                head_tx += 1
+                                tx.tx_head = 0 if head_tx == tx.tx_nr else head_tx
+                                tx.tx_pending += 1
+                                c = out.counters
+                                c.tx_packets += 1
+                                c.tx_bytes += n
+                    if not sent:
+                        frame = bytearray(mv[off : off + n])
+                        frame[0:34] = hdr
+                        out.offer(frame, now)
         u32[word] = TP_STATUS_KERNEL  # nothing refers to the slot any more
         head += 1
         if head == frame_nr:
