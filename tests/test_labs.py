@@ -161,3 +161,30 @@ def test_untouched_skeleton_fails_the_whole_check_with_a_hint(lab, tmp_path) -> 
     proc = tb("lab", "check", str(lab.number), "--out", str(tmp_path), timeout=600, check=False)
     assert proc.returncode == EXIT_FAILED, proc.stdout + proc.stderr
     assert "hint:" in proc.stdout
+
+
+def test_lab1_report_writes_its_table_and_plot_from_the_students_code(tmp_path) -> None:
+    """Lab 1 has no scenario: its table and plot come from report.py and the student's code."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    script = ROOT / "labs" / "lab1-static-leaf-spine" / "report.py"
+    (tmp_path / "traceroutes.txt").write_text(
+        "sport 50000: 10.1.0.1\nsport 50001: 10.1.0.2\nsport 50004: 10.1.0.3\nsport 50005: *\n"
+    )
+    run = [sys.executable, str(script), "--results", str(tmp_path)]
+    solved = subprocess.run(
+        [*run, "--code", str(ROOT / "labs" / "solutions" / "lab1")], capture_output=True, text=True
+    )
+    assert solved.returncode == 0, solved.stdout + solved.stderr
+    table = (tmp_path / "ecmp.md").read_text()
+    assert table.count("64 of 64") == 2  # both port sets agree with the fabric's own hash
+    assert "your code predicts 3 of 3" in table  # the unanswered probe is left out
+    assert (tmp_path / "ecmp.png").stat().st_size > 10_000
+    skeleton = subprocess.run(
+        [*run[:2], "--results", str(tmp_path / "s")], capture_output=True, text=True
+    )
+    assert skeleton.returncode == 1 and "TODO 1" in skeleton.stdout
+    assert not (tmp_path / "s").exists()
