@@ -99,9 +99,10 @@ class Switch:
         self.debug_log = None
         self._route_cache: dict[int, object] = {}
         # The inline ring path's decisions per flow (switch/fastpath.py): a flow's next hop,
-        # keyed by its src, dst, sport, dport bytes; cleared by refresh(), i.e. on any change.
-        self.udp_flows: dict[bytes, tuple] = {}
-        self.tcp_flows: dict[bytes, tuple] = {}
+        # keyed by its src, dst, sport, dport bytes as an integer; cleared by refresh(), i.e.
+        # on any change.
+        self.udp_flows: dict[int, tuple] = {}
+        self.tcp_flows: dict[int, tuple] = {}
         self.tx_rings = fastpath.tx_rings(self.io)
         self._seed = self.fib.seed
         self.fast = True

@@ -46,6 +46,7 @@ _from_bytes = int.from_bytes
 _TTL_DOWN = 0xFFFF00 << 64  # TTL - 1 and checksum + 0x0100, in bytes 12..33 as an integer
 _TTL_ONE = 0x1000000 << 64
 _CHECKSUM = 0xFFFF << 64
+_FLOW = (1 << 96) - 1
 FLOW_CACHE_MAX = 65536  # flows per protocol; the cache starts over when it is full
 
 
@@ -62,7 +63,7 @@ def _decide(sw, h: int, key, proto: int, flows: dict | None) -> tuple | None:
 
     None sends the frame to the slow path: its destination is not cached yet (the slow path
     looks it up and caches it), is local, or has no live next hop. `key` is the flow's
-    src/dst/ports bytes (`flows` is where the answer is kept) or, for a protocol without
+    src/dst/ports bytes as an integer (`flows` is where the answer is kept) or, for a protocol without
     ports, the frame itself, hashed the slow path's way.
     """
     route = sw._route_cache.get(h & 0xFFFFFFFF)
@@ -72,7 +73,7 @@ def _decide(sw, h: int, key, proto: int, flows: dict | None) -> tuple | None:
     if len(live) == 1:
         out_index, l2 = live[0]
     elif flows is not None:
-        out_index, l2 = route.table[crc32(key, sw._seed ^ proto) & BUCKET_MASK]
+        out_index, l2 = route.table[crc32(key.to_bytes(12, "big"), sw._seed ^ proto) & BUCKET_MASK]
     else:
         out_index, l2 = route.table[sw.fib.flow_hash(key) & BUCKET_MASK]
     hop = (sw.ports[out_index], _from_bytes(l2, "big") << 176, sw.tx_rings[out_index])
@@ -126,7 +127,12 @@ def forward_from_ring(sw, port, io: RingSocket, now: float, limit: int = 64) -> 
             taken += 1
             nbytes += n
             off = head * FRAME_SIZE + u16[word * 2 + 6]
-            h = _from_bytes(mm[off + 12 : off + 34], "big")
+            # Bytes 12..37: ethertype, the IPv4 header, and the ports of a UDP or TCP packet.
+            h = _from_bytes(mm[off + 12 : off + 38], "big")
+            # src, dst, sport, dport: the ECMP key, so the decision's key too (if n >= 38: the
+            # bytes after a shorter frame are a previous frame's leftovers in the slot).
+            flow = h & _FLOW
+            h >>= 32
             if (
                 n < 34
                 or h >> 152 != _IPV4_NO_OPTIONS
@@ -137,9 +143,7 @@ def forward_from_ring(sw, port, io: RingSocket, now: float, limit: int = 64) -> 
                 slow(port, bytearray(mv[off : off + n]), now)
             else:
                 proto = (h >> 80) & 0xFF
-                if proto == 17 or proto == 6:
-                    # src, dst, sport, dport: the ECMP key, so also the key of the decision.
-                    flow = mm[off + 26 : off + 38]
+                if (proto == 17 or proto == 6) and n >= 38:
                     hop = (udp_flows if proto == 17 else tcp_flows).get(flow)
                     if hop is None:
                         hop = _decide(sw, h, flow, proto, udp_flows if proto == 17 else tcp_flows)

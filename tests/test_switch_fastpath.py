@@ -24,7 +24,7 @@ from scapy.utils import checksum
 from switch import fastpath, frames, ring
 from switch.config import switch_config
 from switch.dataplane import Switch
-from tests.test_switch_dataplane import fabric, mutate, peer_mac_of, templates
+from tests.test_switch_dataplane import fabric, mutate, peer_mac_of, templates, udp_frame
 
 MAC_OFFSET = 66  # where TPACKET_V2 puts an Ethernet frame in its slot on this kernel
 
@@ -291,3 +291,19 @@ def test_a_frame_never_overtakes_a_queue_the_loop_was_late_to_serve() -> None:
     [out] = [io.sent for io in rings.values() if io.sent]
     ids = [struct.unpack_from("!H", f, 18)[0] for _, f in out]
     assert len(ids) == 13 and ids[-1] == struct.unpack_from("!H", late[0][1], 18)[0]
+
+
+@pytest.mark.parametrize("length", [34, 35, 36, 37])
+def test_a_udp_header_cut_short_hashes_on_its_own_bytes_not_the_slots_leftovers(length) -> None:
+    """A frame that ends inside the ports: the bytes after it in the slot are a previous frame's."""
+    long = [
+        (0, bytes(udp_frame(sport=40000 + i, payload=b"x" * 200)), 1.0, False) for i in range(64)
+    ]
+    short = []
+    for i in range(16):
+        f = bytearray(udp_frame(src="10.1.1.1", dst="10.1.3.2", sport=50000 + i))[:length]
+        struct.pack_into("!H", f, 16, 20)  # total length: the IPv4 header alone
+        frames.set_ip_checksum(f)
+        short.append((0, bytes(f), 1.0, False))
+    sw, rings = run_both("leaf1", [long[:32], long[32:], short])
+    assert sum(len(io.sent) for io in rings.values()) == 64 + 16
