@@ -445,8 +445,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise CliError(str(exc)) from None
         print(json.dumps(result, indent=1) if args.json else format_endpoint_table(result))
         return 0
+    if args.what == "failover":
+        from testbed.bench.endpoint_bench import BenchError
+        from testbed.bench.failover_bench import format_failover_table, run_failover_bench
+
+        try:
+            result = run_failover_bench(quick=args.quick)
+        except BenchError as exc:
+            raise CliError(str(exc)) from None
+        print(json.dumps(result, indent=1) if args.json else format_failover_table(result))
+        return 0
     if args.what != "switch":
-        raise CliError(f"bench: {args.what!r} is not available yet (switch, endpoint)")
+        raise CliError(f"bench: {args.what!r} is not available yet (switch, endpoint, failover)")
     from testbed.bench.switch_bench import BenchError, run_switch_bench
 
     try:

@@ -221,10 +221,17 @@ def run_job(
 
 
 def transfer_metrics(
-    eps: EndpointProcs, job: int, t0: float, failures: tuple[float, ...] = (), bottleneck=None
+    eps: EndpointProcs,
+    job: int,
+    t0: float,
+    failures: tuple[float, ...] = (),
+    bottleneck=None,
+    failure_ends: tuple[float, ...] | None = None,
 ) -> dict:
     """Goodput, stall and failover of one job, from the endpoints' metrics files, with the
-    scenario engine's own definitions (testbed.metrics); times relative to ``t0``."""
+    scenario engine's own definitions (testbed.metrics); times relative to ``t0``.
+    `failure_ends`: when each failure was healed (default: never). `deliveries` are the
+    (time, bytes) samples at the endpoints' 1 ms resolution."""
     from endpoint.metrics import placed_samples
     from testbed import metrics as tm
 
@@ -265,6 +272,7 @@ def transfer_metrics(
         [f - t0 for f in failures],
         complete=True,
         fallback_mbps=None if bottleneck is None else tm.FALLBACK_EFFICIENCY * bottleneck,
+        failure_ends=None if failure_ends is None else [f - t0 for f in failure_ends],
     )
     return {
         "delivered_bytes": delivered,
@@ -279,6 +287,7 @@ def transfer_metrics(
         "counters": counters,
         "flow_done_s": per_sender_done,
         "messages": len(messages),
+        "deliveries": deliveries,
     }
 
 
