@@ -430,30 +430,27 @@ def cmd_cli(args: argparse.Namespace) -> int:
     return 0
 
 
+# The benches that build a fabric of their own: module, run function, table function.
+FABRIC_BENCHES = {
+    "endpoint": ("testbed.bench.endpoint_bench", "run_endpoint_bench", "format_endpoint_table"),
+    "failover": ("testbed.bench.failover_bench", "run_failover_bench", "format_failover_table"),
+}
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     _need_root("testbed bench")
-    if args.what == "endpoint":
-        from testbed.bench.endpoint_bench import (
-            BenchError,
-            format_endpoint_table,
-            run_endpoint_bench,
-        )
+    if args.what in FABRIC_BENCHES:
+        import importlib
 
-        try:
-            result = run_endpoint_bench(quick=args.quick)
-        except BenchError as exc:
-            raise CliError(str(exc)) from None
-        print(json.dumps(result, indent=1) if args.json else format_endpoint_table(result))
-        return 0
-    if args.what == "failover":
         from testbed.bench.endpoint_bench import BenchError
-        from testbed.bench.failover_bench import format_failover_table, run_failover_bench
 
+        module, run, fmt = FABRIC_BENCHES[args.what]
+        bench = importlib.import_module(module)
         try:
-            result = run_failover_bench(quick=args.quick)
+            result = getattr(bench, run)(quick=args.quick)
         except BenchError as exc:
             raise CliError(str(exc)) from None
-        print(json.dumps(result, indent=1) if args.json else format_failover_table(result))
+        print(json.dumps(result, indent=1) if args.json else getattr(bench, fmt)(result))
         return 0
     if args.what != "switch":
         raise CliError(f"bench: {args.what!r} is not available yet (switch, endpoint, failover)")

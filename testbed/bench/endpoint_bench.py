@@ -599,13 +599,23 @@ def run_endpoint_bench(quick: bool = False) -> dict:
         "loopback": loop["rows"],
         "goodput": good,
         "io_default": "udp",
-        "meta": {
-            "reps": reps,
-            "cpus": len(os.sched_getaffinity(0)),
-            "load_avg": os.getloadavg(),
-            "seconds": round(time.time() - started, 1),
-            "note": "medians; CPU from /proc per process (user+system); a shared machine is noisy",
-        },
+        "meta": bench_meta(
+            reps,
+            started,
+            "medians; CPU from /proc per process (user+system); a shared machine is noisy",
+        ),
+    }
+
+
+def bench_meta(reps: int, started: float, note: str, **extra) -> dict:
+    """The `meta` of a bench result: what a reader needs to judge how noisy the run was."""
+    return {
+        "reps": reps,
+        **extra,
+        "cpus": len(os.sched_getaffinity(0)),
+        "load_avg": os.getloadavg(),
+        "seconds": round(time.time() - started, 1),
+        "note": note,
     }
 
 

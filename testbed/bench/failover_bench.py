@@ -28,6 +28,7 @@ from testbed.bench.endpoint_bench import (
     BenchError,
     FabricEndpoints,
     _testbed,
+    bench_meta,
     ctl,
     kernel_drops,
     run_job,
@@ -200,14 +201,12 @@ def run_failover_bench(quick: bool = False) -> dict:
         "bulk_bytes": nbytes,
         "transports": summary,
         "ratio": ratio,
-        "meta": {
-            "reps": reps,
-            "fabric": name,
-            "cpus": len(os.sched_getaffinity(0)),
-            "load_avg": os.getloadavg(),
-            "seconds": round(time.time() - started, 1),
-            "note": "medians; failover from the switches' confirmation of the black hole",
-        },
+        "meta": bench_meta(
+            reps,
+            started,
+            "medians; failover from the switches' confirmation of the black hole",
+            fabric=name,
+        ),
     }
 
 
