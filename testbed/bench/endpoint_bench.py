@@ -532,9 +532,7 @@ def goodput_part(rates: tuple[int, ...], reps: int, nbytes_per_mbps: int, second
             "up", "--name", name, "--spines", "1", "--leaves", "1", "--hosts-per-leaf", "2",
             "--link-mbps", str(mbps),
         )  # fmt: skip
-        eps = None
-        try:
-            eps = FabricEndpoints(name, fab, ["h1", "h2"], pace_mbps=mbps)
+        with endpoints_on(name, fab, ["h1", "h2"], mbps) as eps:
             k0 = kernel_drops(name)
             goodputs, blasts = [], []
             for rep in range(reps):
@@ -564,13 +562,23 @@ def goodput_part(rates: tuple[int, ...], reps: int, nbytes_per_mbps: int, second
                     "kernel_drops": kernel_drops(name) - k0,
                 }
             )
-        finally:
-            if eps is not None:
-                eps.stop()
-                eps.cleanup()
-            with contextlib.suppress(BenchError):
-                _testbed("down", "--name", name)
     return rows
+
+
+@contextlib.contextmanager
+def endpoints_on(name: str, fab, hosts: list[str], pace_mbps: float):
+    """Endpoint processes on `hosts` of the fabric `name` (already up); on the way out, the
+    endpoints are stopped and the fabric taken down, whatever happened."""
+    eps = None
+    try:
+        eps = FabricEndpoints(name, fab, hosts, pace_mbps=pace_mbps)
+        yield eps
+    finally:
+        if eps is not None:
+            eps.stop()
+            eps.cleanup()
+        with contextlib.suppress(BenchError):
+            _testbed("down", "--name", name)
 
 
 # ----- entry points -------------------------------------------------------------------------------

@@ -19,17 +19,16 @@ transport's stall and failover to MRC's.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import statistics
 import time
 
 from testbed.bench.endpoint_bench import (
     BenchError,
-    FabricEndpoints,
     _testbed,
     bench_meta,
     ctl,
+    endpoints_on,
     kernel_drops,
     run_job,
     transfer_metrics,
@@ -157,20 +156,12 @@ def run_failover_bench(quick: bool = False) -> dict:
         "--link-mbps", str(LINK_MBPS),
     )  # fmt: skip
     runs: dict[str, list[dict]] = {t: [] for t in TRANSPORTS}
-    eps = None
-    try:
-        eps = FabricEndpoints(name, fab, ["h1", "h3"], pace_mbps=LINK_MBPS)
+    with endpoints_on(name, fab, ["h1", "h3"], LINK_MBPS) as eps:
         job = 0
         for _ in range(reps):
             for mode in TRANSPORTS:
                 job += 1
                 runs[mode].append(one_run(name, fab, eps, job, mode, nbytes))
-    finally:
-        if eps is not None:
-            eps.stop()
-            eps.cleanup()
-        with contextlib.suppress(BenchError):
-            _testbed("down", "--name", name)
     summary = {}
     for mode, rs in runs.items():
         summary[mode] = {
