@@ -5,15 +5,21 @@ kept it below a bare recv/send repeater (docs/performance.md). `Switch.receive_b
 readable inline path over frame objects; this is the same decision made on the mapped rings
 themselves, with no frame object at all in the common case:
 
-- the slot's frame is parsed with one `int.from_bytes` of bytes 12..33 (ethertype and the
-  whole IPv4 header): ethertype, version/IHL, TTL, protocol, total length and destination
-  are shifts of that integer, and the header checksum is checked as the integer modulo
-  0xFFFF (2**16 == 1 mod 0xFFFF, so the integer is congruent to the one's-complement sum of
-  its 16-bit words; with ethertype 0x0800 in front, a valid header leaves 0x0800);
-- TTL, checksum (RFC 1624) and the L2 header are rewritten in the rx slot;
+- the slot's frame is parsed with one `int.from_bytes` of bytes 12..37 (ethertype, the whole
+  IPv4 header, a UDP/TCP header's ports): ethertype, version/IHL, TTL, protocol, total length
+  and destination are shifts of that integer, and the header checksum is checked as the
+  integer modulo 0xFFFF (2**16 == 1 mod 0xFFFF, so the integer is congruent to the
+  one's-complement sum of its 16-bit words; with ethertype 0x0800 in front, a valid header
+  leaves 0x0800);
+- the next hop comes from a per-flow cache keyed by src, dst and ports -- the ECMP hash's own
+  input, so a flow's decision is the hash's -- and cleared by `Switch.refresh()` on every
+  change of state;
+- bytes 0..33 of the outgoing frame (the next hop's L2 header, the IPv4 header with TTL - 1
+  and its checksum updated as RFC 1624 says) are built as one integer;
 - if the egress port is `direct` (carrier up, no gray failure, no delay) and idle -- its queue
   and in-flight list empty and its serialisation would end within EARLY_S, exactly the test
-  `Port.offer` makes -- the frame is copied once, slot to slot, into that port's tx ring;
+  `Port.offer` makes -- those 34 bytes and the rest of the frame are written straight into
+  that port's tx ring slot;
 - every other case (anything malformed, a route not cached yet, a busy or impaired port,
   a full tx ring, a port that is not a ring) goes through `Switch._receive_slow` or
   `Port.offer` with a copy of the frame, so those remain the reference behaviour.
@@ -62,9 +68,10 @@ def _decide(sw, h: int, key, proto: int, flows: dict | None) -> tuple | None:
     tx ring or None).
 
     None sends the frame to the slow path: its destination is not cached yet (the slow path
-    looks it up and caches it), is local, or has no live next hop. `key` is the flow's
-    src/dst/ports bytes as an integer (`flows` is where the answer is kept) or, for a protocol without
-    ports, the frame itself, hashed the slow path's way.
+    looks it up and caches it), is local, or has no live next hop. `key` is the flow's src,
+    dst, sport and dport as one integer (`flows` is where the answer is kept) or, for a
+    protocol without ports or a frame too short for them, the frame itself, hashed the slow
+    path's way.
     """
     route = sw._route_cache.get(h & 0xFFFFFFFF)
     live = route.live if route is not None else None
@@ -87,8 +94,9 @@ def _decide(sw, h: int, key, proto: int, flows: dict | None) -> tuple | None:
 def forward_from_ring(sw, port, io: RingSocket, now: float, limit: int = 64) -> int:
     """Forward up to `limit` frames waiting in `io`'s rx ring; returns how many were taken.
 
-    `sw` is the Switch, `port` the Port `io` belongs to. A port the inline path may not take (debug mode, switch down, rx impairment)
-    is read with `read_batch` and handed to `receive_batch` as before.
+    `sw` is the Switch, `port` the Port `io` belongs to. A port the inline path may not take
+    (debug mode, switch down, rx impairment) is read with `read_batch` and handed to
+    `receive_batch`.
     """
     if not (sw.fast and port.rx_clean):
         batch: list = []

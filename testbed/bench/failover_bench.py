@@ -11,9 +11,10 @@ Reported per transport (medians over the runs, and every run): failover as the s
 engine defines it (goodput back to >= 90 % of the pre-failure median, held for 50 ms) on its
 clock-aligned 10 ms bins, *and* the same definition with the window sliding in 1 ms steps from
 the failure on (`sliding_failover_ms`): a 10 ms target needs a finer step than a 10 ms bin
-whose edge falls anywhere in the first 10 ms after the failure; the longest delivery gap, bytes lost, retransmits by reason; how long the control call took
-(the failure time is when the switches confirmed it); and kernel-side drops, so a run the
-machine could not keep up with is visible. The baseline of the same run: the ratio of each
+whose edge falls anywhere in the first 10 ms after the failure. Also the longest delivery
+gap, bytes lost, retransmits by reason, how long the control call took (the failure time is
+when the switches confirmed it), and kernel-side drops, so a run the machine could not keep
+up with is visible. The baseline of the same run: the ratio of each
 transport's stall and failover to MRC's.
 """
 
