@@ -111,7 +111,7 @@ MPTCP_EXTRA_PORTS = 3  # single plane: subflows per connection = 1 + this
 INTERVAL_S = 0.1
 SAMPLE_S = 0.001
 LISTEN_TIMEOUT_S = 10.0
-KILL_GRACE_S = 1.0
+KILL_GRACE_S = 3.0  # iperf3 writes its JSON on SIGTERM: time for that on a loaded machine
 BUSY_RETRIES = 50
 BUSY_RETRY_S = 0.005
 _GRID_TOLERANCE_S = 0.006  # an interval end this close to k x INTERVAL_S is a timer tick

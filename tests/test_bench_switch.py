@@ -66,9 +66,11 @@ def test_every_dut_forwards_and_ratios_are_of_these_figures(bench):
             assert r["ratio"][f"switch_vs_{base}"] == pytest.approx(
                 pps["switch"] / pps[base], rel=1e-2
             )
-        # Nothing forwards more than was offered.
+        # Nothing forwards more than was offered (a duplicating DUT would show 2x). The two are
+        # counted at different ends over windows that do not quite coincide: in --quick form
+        # on a loaded machine the kernel bridge read 9 % over its offered rate.
         for dut, d in r["detail"].items():
-            assert pps[dut] <= d["offered_pps"] * 1.05, (dut, pps[dut], d["offered_pps"])
+            assert pps[dut] <= d["offered_pps"] * 1.15, (dut, pps[dut], d["offered_pps"])
 
 
 @pytest.mark.netns
