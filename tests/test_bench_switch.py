@@ -88,10 +88,10 @@ def test_shaper_holds_10_mbps_and_never_exceeds_a_rate(bench):
         assert s["measured_mbps"] <= s["mbps"] * 1.02, s
     ten = result["shaper"][0]
     # The shaper can only lose the time the switch was kept off its CPU by other load on this
-    # shared machine (dut_wait_share), never more; without such load it is within 5%. It cannot
+    # shared machine (dut_wait_share, and steal_share: the host's), never more; without such load it is within 5%. It cannot
     # send what was never offered either: on a busy machine the paced generator can fall below
     # its 1.5x target, and then the rate to hold is what it did offer.
-    slack = 100 * ten.get("dut_wait_share", 0.0)
+    slack = 100 * (ten.get("dut_wait_share", 0.0) + ten.get("steal_share", 0.0))
     target = min(ten["mbps"], ten["offered_mbps"])
     error_pct = (ten["measured_mbps"] - target) / target * 100
     assert -5.0 - slack <= error_pct, ten

@@ -446,6 +446,18 @@ def _core_kernel_ns(cpu: int) -> int:
     return 0
 
 
+def _steal_ns(cpus: list[int]) -> int:
+    """ns the hypervisor ran something else on these virtual cores (/proc/stat "steal")."""
+    hz = os.sysconf("SC_CLK_TCK")
+    want = {f"cpu{c}" for c in cpus}
+    total = 0
+    for line in Path("/proc/stat").read_text().splitlines():
+        f = line.split()
+        if f[0] in want and len(f) > 8:
+            total += int(f[8])
+    return total * 1_000_000_000 // hz
+
+
 def _rss_mb(pid: int) -> float:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -686,11 +698,11 @@ def measure_shaper(bed: Bed, mbps: float, t: Timing) -> dict:
         gen = bed.loadgen_send(1400, DUT0_MAC, t.warmup_s + t.shaper_window_s + 0.4, pps=pps)
         start = time.monotonic()
         _sleep_until(start + t.warmup_s)
-        cpu0 = dut.cpu(bed)
+        cpu0, steal0 = dut.cpu(bed), _steal_ns([bed.gen_cpu, bed.dut_cpu])
         t0, s0 = bed.sink()
         _sleep_until(t0 + t.shaper_window_s)
         t1, s1 = bed.sink()
-        cpu1 = dut.cpu(bed)
+        cpu1, steal1 = dut.cpu(bed), _steal_ns([bed.gen_cpu, bed.dut_cpu])
         late = dut.counters()["timer_late_us_p99"]
         sent = json.loads(bed.finish(gen, timeout=t.shaper_window_s + 10))
     finally:
@@ -704,6 +716,9 @@ def measure_shaper(bed: Bed, mbps: float, t: Timing) -> dict:
         "trims": info.get("trims"),
         "dut_cpu_share": round((cpu1[0] - cpu0[0]) / 1e9 / (t1 - t0), 2),
         "dut_wait_share": round((cpu1[1] - cpu0[1]) / 1e9 / (t1 - t0), 2),
+        # The VM's cores taken by the host (generator's and switch's, summed): on a shared
+        # host the switch and the paced generator both lose that time, invisible inside.
+        "steal_share": round((steal1 - steal0) / 1e9 / (t1 - t0), 2),
         "timer_late_us_p99": round(late, 1),
     }
 
