@@ -10,6 +10,7 @@ hosts per leaf (9 hosts) for 8-to-1 incast, once with trimming and once with --n
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 
@@ -31,6 +32,7 @@ from topologies import leaf_spine
 pytestmark = pytest.mark.netns
 
 MBPS = 100
+JOBS = itertools.count(100)  # job ids unique in the module: a rerun must not reuse one
 FAB_A = leaf_spine(spines=2, leaves=2, hosts_per_leaf=2, link_mbps=MBPS)
 
 
@@ -68,7 +70,8 @@ def test_bulk_delivers_everything_at_a_rate_the_shaper_bounds(fabric_a):
     name, eps = fabric_a
     k0 = kernel_drops(name)
     runs = []
-    for job in (1, 2, 3):
+    for _attempt in range(3):
+        job = next(JOBS)
         res = run_job(eps, job, bulk(20_000_000))
         assert res["status"]["h3"]["done"] and res["status"]["h3"]["received_bytes"] == 20_000_000
         m = transfer_metrics(eps, job, res["t0"])
@@ -142,8 +145,8 @@ def test_silent_blackhole_costs_no_bytes_and_mrc_recovers_within_10_ms(fabric_a)
     the 50 ms-sustained definition; `testbed bench failover` reports the figure properly."""
     name, eps = fabric_a
     nbytes = 25_000_000  # ~2.2 s: 0.5 s of healthy goodput before the failure, ~1.2 s after
-    for job in (10, 11):
-        r = _blackhole_mrc(name, eps, job, nbytes)
+    for _attempt in range(2):
+        r = _blackhole_mrc(name, eps, next(JOBS), nbytes)
         m, st, retired, readmitted = r["m"], r["st"], r["retired"], r["readmitted"]
         ok = m["failover_status"] == "recovered" and m["failover_ms"] <= 150.0
         if ok and m["max_stall_ms"] <= 50.0:
@@ -162,9 +165,10 @@ def test_single_path_through_the_dead_link_stalls_until_heal(fabric_a):
     name, eps = fabric_a
     ev = source_ports_via(FAB_A, "h1", "h3", "spine1", 4791, start=49152)[0]
     nbytes = 12_000_000
+    job = next(JOBS)
     res = run_job(
         eps,
-        20,
+        job,
         bulk(nbytes, mode="single-path", evs=1, ev_base=ev),
         timeline=[
             (0.4, lambda: ctl(name, "blackhole", "spine1", "leaf2")),
@@ -174,7 +178,7 @@ def test_single_path_through_the_dead_link_stalls_until_heal(fabric_a):
     (fail_before, fail_after), (heal_before, heal_after) = res["applied"]
     st = res["status"]["h3"]
     assert st["done"] and st["received_bytes"] == nbytes, "single-path delivers all after heal"
-    m = transfer_metrics(eps, 20, res["t0"], failures=(fail_before,))
+    m = transfer_metrics(eps, job, res["t0"], failures=(fail_before,))
     t0 = res["t0"]
     during = sum(
         n
