@@ -269,8 +269,8 @@ def test_hypothesis_random_frames_and_corruptions(items, mbps) -> None:
         f = bytearray(ts[which % len(ts)])
         for i, byte in enumerate(junk[: len(junk) // 2]):
             f[(i * 37 + byte) % len(f)] = byte
-        if junk and junk[0] & 1:
-            frames.set_ip_checksum(f) if len(f) >= 34 and f[12:14] == b"\x08\x00" else None
+        if junk and junk[0] & 1 and len(f) >= 34 and f[12:14] == b"\x08\x00":
+            frames.set_ip_checksum(f)  # corrupt, but with a valid header checksum
         script.append([(port, bytes(f), 1.0 + k * 1e-5, False)])
     sw, _ = run_both("leaf1", script, link_mbps=mbps)
 

@@ -436,26 +436,22 @@ def _schedstat(pid: int) -> tuple[int, int]:
         return 0, 0
 
 
-def _core_kernel_ns(cpu: int) -> int:
-    """ns core `cpu` spent in the kernel (system, irq, softirq), from /proc/stat."""
-    hz = os.sysconf("SC_CLK_TCK")
-    for line in Path("/proc/stat").read_text().splitlines():
-        f = line.split()
-        if f[0] == f"cpu{cpu}":
-            return (int(f[3]) + int(f[6]) + int(f[7])) * 1_000_000_000 // hz
-    return 0
+# Columns of a /proc/stat "cpuN" line, after the name: user nice system idle iowait irq softirq
+# steal ...
+_KERNEL_COLUMNS = (2, 5, 6)  # system, irq, softirq
+_STEAL_COLUMNS = (7,)  # the hypervisor ran something else on this virtual core
 
 
-def _steal_ns(cpus: list[int]) -> int:
-    """ns the hypervisor ran something else on these virtual cores (/proc/stat "steal")."""
+def _proc_stat_ns(cpus: list[int], columns: tuple[int, ...]) -> int:
+    """ns these cores spent in the given /proc/stat columns, summed."""
     hz = os.sysconf("SC_CLK_TCK")
     want = {f"cpu{c}" for c in cpus}
-    total = 0
+    ticks = 0
     for line in Path("/proc/stat").read_text().splitlines():
         f = line.split()
-        if f[0] in want and len(f) > 8:
-            total += int(f[8])
-    return total * 1_000_000_000 // hz
+        if f[0] in want:
+            ticks += sum(int(f[1 + c]) for c in columns if 1 + c < len(f))
+    return ticks * 1_000_000_000 // hz
 
 
 def _rss_mb(pid: int) -> float:
@@ -626,7 +622,7 @@ class BridgeDut(Dut):
 
     def cpu(self, bed: Bed) -> tuple[int, int]:
         # Softirq work is nobody's process: count the DUT core's kernel time (10 ms ticks).
-        return _core_kernel_ns(bed.dut_cpu), 0
+        return _proc_stat_ns([bed.dut_cpu], _KERNEL_COLUMNS), 0
 
 
 def make_dut(name: str) -> Dut:
@@ -698,11 +694,11 @@ def measure_shaper(bed: Bed, mbps: float, t: Timing) -> dict:
         gen = bed.loadgen_send(1400, DUT0_MAC, t.warmup_s + t.shaper_window_s + 0.4, pps=pps)
         start = time.monotonic()
         _sleep_until(start + t.warmup_s)
-        cpu0, steal0 = dut.cpu(bed), _steal_ns([bed.gen_cpu, bed.dut_cpu])
+        cpu0, steal0 = dut.cpu(bed), _proc_stat_ns([bed.gen_cpu, bed.dut_cpu], _STEAL_COLUMNS)
         t0, s0 = bed.sink()
         _sleep_until(t0 + t.shaper_window_s)
         t1, s1 = bed.sink()
-        cpu1, steal1 = dut.cpu(bed), _steal_ns([bed.gen_cpu, bed.dut_cpu])
+        cpu1, steal1 = dut.cpu(bed), _proc_stat_ns([bed.gen_cpu, bed.dut_cpu], _STEAL_COLUMNS)
         late = dut.counters()["timer_late_us_p99"]
         sent = json.loads(bed.finish(gen, timeout=t.shaper_window_s + 10))
     finally:
