@@ -75,7 +75,12 @@ class EndpointConfig:
     io: str = "udp"
     pace_mbps: float = 0.0  # 0 = no pacing
     pace_queue: int = 2  # packets queued in the pacer before the transport is no longer polled
-    pace_burst: int = 4  # frames of token-bucket depth
+    pace_burst: int = 4  # frames of token-bucket depth, at least
+    # ... and at least this much time of rate: a process that wakes this late (it waited for a
+    # CPU) still sends at the full rate. 500 us (2 x coalescing) lost ~30 % of a paced bulk's
+    # rate on the fabric (60-68 vs 82-91 Mbps at 100 Mbps; docs/transport.md, "Pacing"); the
+    # burst lands in the host NIC's tbf queue, which sends it at line rate.
+    pace_catch_up_us: float = 2000.0
     rx_batch: int = 64
     rx_coalesce_us: float = 250.0  # interrupt moderation while busy (0 = wake per datagram)
     bin_s: float = BIN_S
@@ -116,7 +121,14 @@ class EndpointConfig:
             raise ConfigError("config.port: expected a UDP port")
         if cfg.io not in dio.IO_KINDS:
             raise ConfigError(f"config.io: one of {', '.join(dio.IO_KINDS)}")
-        for key in ("pace_mbps", "bin_s", "stats_interval", "flush_interval", "rx_coalesce_us"):
+        for key in (
+            "pace_mbps",
+            "bin_s",
+            "stats_interval",
+            "flush_interval",
+            "rx_coalesce_us",
+            "pace_catch_up_us",
+        ):
             v = getattr(cfg, key)
             if not isinstance(v, int | float) or isinstance(v, bool) or v < 0:
                 raise ConfigError(f"config.{key}: expected a number >= 0")
@@ -176,7 +188,8 @@ class Pacer:
         self, mbps: float, planes: int, burst_frames: int, now: float, burst_s: float = 0.0
     ) -> None:
         self.rate = mbps * 1e6 / 8  # bytes per second
-        # Deep enough to cover a coalesced sleep: tokens that overflow the bucket are lost rate.
+        # Deep enough to cover a coalesced sleep or a late wake-up: tokens that overflow the
+        # bucket are lost rate.
         self.burst = max(burst_frames * 1500.0, self.rate * burst_s)
         self.tokens = [self.burst] * planes
         self.last = [now] * planes
@@ -253,7 +266,13 @@ class EndpointProcess:
         self._open_sockets()
         now = time.monotonic()
         self.pacer = (
-            Pacer(cfg.pace_mbps, cfg.planes, cfg.pace_burst, now, 2 * cfg.rx_coalesce_us * 1e-6)
+            Pacer(
+                cfg.pace_mbps,
+                cfg.planes,
+                cfg.pace_burst,
+                now,
+                max(2 * cfg.rx_coalesce_us, cfg.pace_catch_up_us) * 1e-6,
+            )
             if cfg.pace_mbps > 0
             else None
         )

@@ -1,4 +1,10 @@
-"""`python -m switch --config CFG.json --control SOCK`: run one switch in the current namespace."""
+"""`python -m switch --config CFG.json --control SOCK [--netns PATH]`: run a switch.
+
+Given once, one switch runs in the current namespace (the default: one process per switch
+node). Given several times, one process serves all those switches in one event loop
+(switch/loop.py says why), each with its own ports, opened in its own namespace (`--netns`,
+e.g. /proc/PID/ns/net of the node), and its own control socket.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +12,13 @@ import argparse
 import os
 import signal
 import sys
+from contextlib import nullcontext
 
+from switch import loop
 from switch.config import SwitchConfig
 from switch.control import ControlServer
 from switch.dataplane import Switch
+from switch.netns import Netns
 from switch.queueing import TRIM_DECISION_ENV
 from switch.ring import RingSocket
 
@@ -24,46 +33,86 @@ def _die_with_parent() -> None:
         pass
 
 
+def _open_switch(config: SwitchConfig, netns: Netns | None, ring_frames: int) -> Switch:
+    def open_port(name: str) -> RingSocket:
+        with netns.entered() if netns is not None else nullcontext():
+            ring = RingSocket(name, ring_frames)
+        ring.netns = netns
+        return ring
+
+    return Switch(config, open_port=open_port)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m switch", description=__doc__)
     ap.add_argument(
-        "--config", required=True, help="switch config JSON (written by the fabric builder)"
+        "--config",
+        required=True,
+        action="append",
+        help="switch config JSON (written by the fabric builder); repeat to serve several",
     )
-    ap.add_argument("--control", required=True, help="path of the control Unix socket to create")
+    ap.add_argument(
+        "--control",
+        required=True,
+        action="append",
+        help="path of the control Unix socket to create, one per --config",
+    )
+    ap.add_argument(
+        "--netns",
+        action="append",
+        help="network namespace of each --config's ports (e.g. /proc/PID/ns/net); "
+        "default: the current one",
+    )
     ap.add_argument("--ring-frames", type=int, default=512, help="rx ring slots per port")
     ap.add_argument(
         "--die-with-parent", action="store_true", help="exit when the starting process dies"
     )
     args = ap.parse_args(argv)
+    if len(args.control) != len(args.config):
+        ap.error(f"{len(args.config)} --config but {len(args.control)} --control")
+    if args.netns is not None and len(args.netns) != len(args.config):
+        ap.error(f"{len(args.config)} --config but {len(args.netns)} --netns")
+    members = []
     try:
-        config = SwitchConfig.load(args.config)
-    except (OSError, ValueError, TypeError, KeyError) as exc:
-        print(f"switch: bad config {args.config}: {exc}", file=sys.stderr)
-        return 2
-    try:
-        switch = Switch(config, open_port=lambda name: RingSocket(name, args.ring_frames))
-    except OSError as exc:
-        print(f"switch {config.name}: cannot open ports: {exc}", file=sys.stderr)
-        return 1
-    except (ImportError, SyntaxError) as exc:  # TESTBED_TRIM_DECISION names a broken file
-        print(f"switch {config.name}: cannot load the trimming decision: {exc}", file=sys.stderr)
-        return 2
-    control = ControlServer(args.control)
+        for i, path in enumerate(args.config):
+            try:
+                config = SwitchConfig.load(path)
+            except (OSError, ValueError, TypeError, KeyError) as exc:
+                print(f"switch: bad config {path}: {exc}", file=sys.stderr)
+                return 2
+            try:
+                netns = Netns(args.netns[i]) if args.netns else None
+                switch = _open_switch(config, netns, args.ring_frames)
+            except OSError as exc:
+                print(f"switch {config.name}: cannot open ports: {exc}", file=sys.stderr)
+                return 1
+            except (ImportError, SyntaxError) as exc:  # TESTBED_TRIM_DECISION names a bad file
+                print(
+                    f"switch {config.name}: cannot load the trimming decision: {exc}",
+                    file=sys.stderr,
+                )
+                return 2
+            members.append((switch, ControlServer(args.control[i])))
 
-    def stop(_sig, _frm) -> None:
-        switch.running = False
+        def stop(_sig, _frm) -> None:
+            for sw, _ in members:
+                sw.running = False
 
-    signal.signal(signal.SIGTERM, stop)
-    if args.die_with_parent:
-        _die_with_parent()
-    signal.signal(signal.SIGINT, stop)
-    plugged = os.environ.get(TRIM_DECISION_ENV)
-    note = f", trimming decision from {plugged}" if plugged else ""
-    print(f"switch {config.name}: forwarding on {len(config.ports)} ports{note}", flush=True)
-    try:
-        switch.run(control)
+        signal.signal(signal.SIGTERM, stop)
+        if args.die_with_parent:
+            _die_with_parent()
+        signal.signal(signal.SIGINT, stop)
+        plugged = os.environ.get(TRIM_DECISION_ENV)
+        note = f", trimming decision from {plugged}" if plugged else ""
+        shared = f" (one process for {len(members)} switches)" if len(members) > 1 else ""
+        for sw, _ in members:
+            print(
+                f"switch {sw.name}: forwarding on {len(sw.ports)} ports{note}{shared}", flush=True
+            )
+        loop.run(members)
     finally:
-        control.close()
+        for _, control in members:
+            control.close()
     return 0
 
 

@@ -1,9 +1,7 @@
-"""The switch's event loop: receive bursts, route, queue, serialise, and serve the control socket.
+"""One switch's forwarding state: receive bursts, route, queue, serialise, fail on command.
 
-One process per switch node, single-threaded, so there are no locks on the hot path. The loop
-waits in select() (microsecond timeouts, unlike poll/epoll's milliseconds) until a port has
-frames, the control socket has a request, or the earliest egress event is due; then it drains
-every ring in bursts, forwards, and services the egress ports whose time has come.
+Single-threaded, so there are no locks on the hot path; switch/loop.py runs the event loop for
+one switch or for several in one process.
 """
 
 from __future__ import annotations
@@ -11,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import select
 import socket
 import time
 from collections.abc import Callable
@@ -19,7 +16,6 @@ from zlib import crc32
 
 from switch import fastpath, frames
 from switch.config import SwitchConfig
-from switch.control import ControlServer
 from switch.fib import BUCKET_MASK, Fib
 from switch.port import Port
 from switch.queueing import TrimmingQueue, decision_from_env
@@ -328,66 +324,7 @@ class Switch:
         )
         self.debug_log.flush()
 
-    # ----- the loop ---------------------------------------------------------------------------
-
-    def run(self, control: ControlServer | None = None) -> None:
-        rings = [io for io in self.io if io is not None]
-        fd_ring = {
-            io.fileno(): (port, io)
-            for port, io in zip(self.ports, self.io)  # noqa: B905 - runs on PyPy 3.9 too
-            if io is not None
-        }
-        shaped = self.ports
-        waitset = list(fd_ring)
-        if control is not None:
-            waitset.append(control.fileno())
-        forward = fastpath.forward_from_ring
-        deadline: float | None = None
-        monotonic = time.monotonic
-        late = self.late_us
-        pairs = list(fd_ring.values())
-        while self.running:
-            now = monotonic()
-            timeout = 1.0 if deadline is None else max(0.0, deadline - now)
-            if timeout > 0.0:
-                readable, _, _ = select.select(waitset, (), (), timeout)
-                now = monotonic()
-                if deadline is not None and not readable:
-                    if len(late) >= 4096:
-                        del late[:2048]
-                    late.append((now - deadline) * 1e6)
-            else:
-                readable = waitset
-            self.loop_wakeups += 1
-            if control is not None and control.fileno() in readable:
-                control.serve(self)
-            # Drain every ring in bursts; a burst from one port must not starve another.
-            busy = True
-            got = False
-            while busy:
-                busy = False
-                for port, io in pairs:
-                    if forward(self, port, io, monotonic(), 64):
-                        busy = got = True
-                deadline = self._service(shaped, monotonic())
-                # One syscall hands the whole burst to the kernel, per port.
-                for io in rings:
-                    if io.tx_pending:
-                        io.flush()
-            if not got and readable is not waitset:
-                # Readable with nothing in the ring: a socket error (carrier loss, or the
-                # interface is gone with its peer's namespace). Clear it -- else select() spins.
-                for fd in readable:
-                    entry = fd_ring.get(fd)
-                    if entry is not None and entry[1].check_error():
-                        pairs.remove(entry)
-                        waitset.remove(fd)
-                        del fd_ring[fd]
-                        self.drops["port_vanished"] = self.drops.get("port_vanished", 0) + 1
-                if not pairs:
-                    break  # every port is gone: the fabric was torn down around this switch
-        for io in rings:
-            io.close()
+    # ----- the egress timers (the loop itself is switch/loop.py) --------------------------------
 
     @staticmethod
     def _service(ports: list[Port], now: float) -> float | None:

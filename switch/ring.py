@@ -119,6 +119,7 @@ class RingSocket:
         self.tx_head = 0
         self.tx_pending = 0
         self.tx_errors = 0
+        self.netns = None  # switch.netns.Netns the interface lives in, if not this process's
 
     def fileno(self) -> int:
         return self.fd
@@ -227,7 +228,11 @@ class RingSocket:
         """Clear a pending socket error; True if the interface no longer exists."""
         try:
             self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-            socket.if_nametoindex(self.ifname)
+            if self.netns is None:
+                socket.if_nametoindex(self.ifname)
+            else:
+                with self.netns.entered():  # a process serving several switch namespaces
+                    socket.if_nametoindex(self.ifname)
         except OSError:
             return True
         return False

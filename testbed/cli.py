@@ -14,6 +14,8 @@ import time
 from testbed import client
 from testbed.runner_errors import RunError
 from testbed.state import DEFAULT_NAME, RUN_ROOT, FabricState, StateError, check_name, run_dir
+from testbed.switch_layout import ENV as SWITCH_LAYOUT_ENV
+from testbed.switch_layout import LAYOUTS, switch_layout
 from topologies import TopologyError, TopologyParams, leaf_spine
 
 UP_TIMEOUT_S = 120.0
@@ -46,12 +48,20 @@ def params_from_args(args: argparse.Namespace) -> TopologyParams:
     return p
 
 
-def bring_up(name: str, params: TopologyParams, seed: int = 1) -> FabricState:
+def bring_up(
+    name: str, params: TopologyParams, seed: int = 1, switch_processes: str | None = None
+) -> FabricState:
     """Start a detached supervisor for fabric `name` and return once it forwards.
 
-    On failure or Ctrl-C everything of `name` is removed before the error propagates.
+    `switch_processes`: testbed.switch_layout's per-node or shared (default: the environment's
+    choice, else per-node). On failure or Ctrl-C everything of `name` is removed before the
+    error propagates.
     """
     check_name(name)
+    try:
+        layout = switch_layout(switch_processes)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
     _need_root("testbed up")
     directory = run_dir(name)
     if directory.exists():
@@ -68,7 +78,7 @@ def bring_up(name: str, params: TopologyParams, seed: int = 1) -> FabricState:
         clean_fabric(name)  # stale leftovers of a crashed run of the same name
     directory.mkdir(parents=True, mode=0o700)
     log = open(directory / "supervisor.log", "ab")  # noqa: SIM115 - handed to the child
-    env = os.environ | {"TESTBED_FABRIC": name, "PYTHONPATH": _root()}
+    env = os.environ | {"TESTBED_FABRIC": name, "PYTHONPATH": _root(), SWITCH_LAYOUT_ENV: layout}
     from dataclasses import asdict
 
     proc = subprocess.Popen(
@@ -130,7 +140,7 @@ def bring_up(name: str, params: TopologyParams, seed: int = 1) -> FabricState:
 def cmd_up(args: argparse.Namespace) -> int:
     params = params_from_args(args)  # validate before anything is created
     t0 = time.monotonic()
-    st = bring_up(args.name, params, args.seed)
+    st = bring_up(args.name, params, args.seed, args.switch_processes)
     fab = leaf_spine(params)
     print(
         f"fabric {args.name!r} up in {time.monotonic() - t0:.1f}s: {len(fab.hosts())} hosts, "
@@ -529,6 +539,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="host/uplink capacity ratio per leaf",
     )
     up.add_argument("--seed", type=int, default=1, help="ECMP hash seeds derive from it")
+    up.add_argument(
+        "--switch-processes",
+        choices=LAYOUTS,
+        help="one switch process per switch node (the default) or one for all of them "
+        f"(${SWITCH_LAYOUT_ENV} sets the default; docs/fabric.md)",
+    )
     up.set_defaults(func=cmd_up)
 
     ins = named(sub.add_parser("inspect", help="nodes, NICs, addresses, ports, PIDs"))

@@ -19,6 +19,7 @@ from pathlib import Path
 from switch.config import switch_config
 from switch.control import ControlError, request
 from testbed.state import FabricState, ProcessRecord, record
+from testbed.switch_layout import SHARED, switch_layout
 from topologies import Fabric
 
 OFFLOADS = ("tso", "gso", "gro", "tx", "rx", "sg")
@@ -50,6 +51,7 @@ class FabricBuilder:
         self.net = None
         self.switch_procs: dict[str, subprocess.Popen] = {}
         self.switch_logs: dict[str, object] = {}
+        self.switch_log_names: dict[str, str] = {}  # switch -> its process's log (shared or own)
 
     # ----- build ------------------------------------------------------------------------------
 
@@ -187,8 +189,16 @@ class FabricBuilder:
     # ----- switches ---------------------------------------------------------------------------
 
     def start_switches(self) -> None:
-        for name in self.fabric.switches():
-            self._start_switch(name)
+        names = self.fabric.switches()
+        try:
+            layout = switch_layout()
+        except ValueError as exc:
+            raise BuildError(str(exc)) from None
+        if layout == SHARED:
+            self._start_switch_process(names)
+        else:
+            for name in names:
+                self._start_switch_process([name])
         deadline = time.monotonic() + SWITCH_START_TIMEOUT_S
         pending = set(self.fabric.switches())
         while pending:
@@ -210,20 +220,25 @@ class FabricBuilder:
             if pending:
                 time.sleep(0.05)
 
-    def _start_switch(self, name: str) -> None:
-        cfg = switch_config(self.fabric, name, seed=self.seed)
-        cfg_path = self.dir / "switches" / f"{name}.json"
-        cfg_path.parent.mkdir(parents=True, exist_ok=True)
-        cfg_path.write_text(cfg.to_json())
-        sock = self.dir / "switches" / f"{name}.sock"
-        log = open(self.dir / "switches" / f"{name}.log", "ab")  # noqa: SIM115 - kept for the process
-        self.switch_logs[name] = log
-        node = self.node(name)
-        cmd = [
-            "mnexec", "-a", str(node.pid),
-            switch_python(), "-m", "switch", "--config", str(cfg_path), "--control", str(sock),
-            "--die-with-parent",
-        ]  # fmt: skip
+    def _start_switch_process(self, names: list[str]) -> None:
+        """One switch process for the switch nodes `names`; with one name it runs inside the
+        node's namespace, with several it opens each node's ports in that node's namespace."""
+        args: list[str] = []
+        sockets = {}
+        for name in names:
+            cfg = switch_config(self.fabric, name, seed=self.seed)
+            cfg_path = self.dir / "switches" / f"{name}.json"
+            cfg_path.parent.mkdir(parents=True, exist_ok=True)
+            cfg_path.write_text(cfg.to_json())
+            sockets[name] = str(self.dir / "switches" / f"{name}.sock")
+            args += ["--config", str(cfg_path), "--control", sockets[name]]
+            if len(names) > 1:
+                args += ["--netns", f"/proc/{self.node(name).pid}/ns/net"]
+        log_name = names[0] if len(names) == 1 else "switches"
+        log = open(self.dir / "switches" / f"{log_name}.log", "ab")  # noqa: SIM115 - kept for the process
+        cmd = [switch_python(), "-m", "switch", *args, "--die-with-parent"]
+        if len(names) == 1:
+            cmd = ["mnexec", "-a", str(self.node(names[0]).pid), *cmd]
         env = os.environ | {"PYTHONPATH": _project_root()}
         proc = subprocess.Popen(
             cmd,
@@ -233,16 +248,20 @@ class FabricBuilder:
             env=env,
             start_new_session=True,
         )
-        self.switch_procs[name] = proc
-        self.state.switch_sockets[name] = str(sock)
-        self.state.processes.append(
-            ProcessRecord("switch", name, proc.pid, _ticks_or_zero(proc.pid))
-        )
+        for name in names:
+            self.switch_logs[name] = log
+            self.switch_log_names[name] = log_name
+            self.switch_procs[name] = proc
+            self.state.switch_sockets[name] = sockets[name]
+            self.state.processes.append(
+                ProcessRecord("switch", name, proc.pid, _ticks_or_zero(proc.pid))
+            )
         self.state.save(self.dir)
 
     def switch_log_tail(self, name: str, n: int = 400) -> str:
         try:
-            return (self.dir / "switches" / f"{name}.log").read_text(errors="replace")[-n:].strip()
+            log = self.dir / "switches" / f"{self.switch_log_names.get(name, name)}.log"
+            return log.read_text(errors="replace")[-n:].strip()
         except OSError:
             return ""
 
@@ -273,17 +292,18 @@ class FabricBuilder:
     # ----- teardown ---------------------------------------------------------------------------
 
     def stop(self) -> None:
-        for proc in self.switch_procs.values():
+        procs = list({id(p): p for p in self.switch_procs.values()}.values())
+        for proc in procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 3.0
-        for proc in self.switch_procs.values():
+        for proc in procs:
             try:
                 proc.wait(max(0.05, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        for log in self.switch_logs.values():
+        for log in {id(f): f for f in self.switch_logs.values()}.values():
             log.close()
         if self.net is not None:
             for node in list(self.net.hosts):

@@ -1,0 +1,107 @@
+"""The event loop: wait, drain the rings in bursts, serve the egress timers and control sockets.
+
+One loop may serve one switch (the default: one process per switch node) or several switches of
+a fabric (`python -m switch` given several configs). Why several: in a fabric every packet-hop
+otherwise costs a process wakeup -- a select() return, a context switch, a pass of the loop --
+and measured on this 2-core VM that, not forwarding, was most of a switch's CPU per packet. One
+loop for all the switches forwards a packet that leaf1 just sent to spine1 in the same wakeup,
+since a veth delivers into the peer's ring inside the sender's own send() call.
+
+The loop waits until a port has frames, a control socket has a request, or the earliest egress
+event is due: in select() on an epoll descriptor, for select's microsecond timeouts (epoll_wait
+rounds to milliseconds) with epoll's cost, which does not grow with the number of ports. It
+then drains every readable ring in bursts of 64, services the egress ports whose time has
+come, hands each port's queued tx slots to the kernel with one send(), and asks epoll again,
+without waiting, which rings that work has filled; it sleeps only when none has.
+"""
+
+from __future__ import annotations
+
+import select
+import time
+
+from switch import fastpath
+from switch.control import ControlServer
+from switch.dataplane import Switch
+from switch.port import Port
+
+BURST = 64  # frames from one ring before the next ring's turn: no port starves another
+LATE_SAMPLES = 4096
+
+
+def run(members: list[tuple[Switch, ControlServer | None]]) -> None:
+    """Forward for every switch in `members` until one of them is told to stop (or loses every
+    port: the fabric was torn down around it)."""
+    switches = [sw for sw, _ in members]
+    entries: dict[int, tuple] = {}  # ring fd -> (switch, port, ring)
+    for sw in switches:
+        for port, io in zip(sw.ports, sw.io):  # noqa: B905 - runs on PyPy 3.9 too
+            if io is not None:
+                entries[io.fileno()] = (sw, port, io)
+    controls = {ctl.fileno(): (ctl, sw) for sw, ctl in members if ctl is not None}
+    rings = [e[2] for e in entries.values()]
+    ports: list[Port] = [p for sw in switches for p in sw.ports]
+    poller = select.epoll()
+    for fd in [*entries, *controls]:
+        poller.register(fd, select.EPOLLIN)
+    epfd = [poller.fileno()]
+    ready = poller.poll
+    forward = fastpath.forward_from_ring
+    monotonic = time.monotonic
+    wait = select.select
+    service = Switch._service
+    deadline: float | None = None
+    everything = list(entries)  # when a timer is due: every ring once, without asking
+    while all(sw.running for sw in switches):
+        now = monotonic()
+        timeout = 1.0 if deadline is None else max(0.0, deadline - now)
+        if timeout > 0.0:
+            # select() on the epoll descriptor: microsecond timeouts (epoll_wait's are whole
+            # milliseconds) at the cost of one descriptor, however many ports there are.
+            if wait(epfd, (), (), timeout)[0]:
+                readable = [fd for fd, _ in ready(0)]
+            else:
+                readable = []
+                if deadline is not None:
+                    late = (monotonic() - deadline) * 1e6
+                    for sw in switches:
+                        if len(sw.late_us) >= LATE_SAMPLES:
+                            del sw.late_us[: LATE_SAMPLES // 2]
+                        sw.late_us.append(late)
+        else:
+            readable = everything  # a timer is due: look at every ring once
+        for sw in switches:
+            sw.loop_wakeups += 1
+        while True:
+            for fd in readable:
+                entry = entries.get(fd)
+                if entry is not None:
+                    sw, port, io = entry
+                    if not forward(sw, port, io, monotonic(), BURST) and readable is not everything:
+                        # Readable with nothing in the ring: a socket error (carrier loss, or
+                        # the interface is gone with its namespace). Clear it, else the loop
+                        # spins; a port that is gone leaves the loop.
+                        if io.check_error():
+                            del entries[fd]
+                            poller.unregister(fd)
+                            everything.remove(fd)
+                            rings.remove(io)
+                            sw.drops["port_vanished"] = sw.drops.get("port_vanished", 0) + 1
+                else:
+                    ctl = controls.get(fd)
+                    if ctl is not None:
+                        ctl[0].serve(ctl[1])
+            deadline = service(ports, monotonic())
+            for io in rings:
+                if io.tx_pending:
+                    io.flush()  # one syscall hands the port's whole burst to the kernel
+            if not entries:
+                break
+            readable = [fd for fd, _ in ready(0)]  # what that work (or the world) just filled
+            if not readable:
+                break
+        if not entries:
+            break
+    poller.close()
+    for io in list(entries.values()):
+        io[2].close()

@@ -1,0 +1,51 @@
+"""Enter another network namespace for a moment, so one process can own ports in several.
+
+Why: a switch process that serves several switch nodes (`python -m switch` with more than one
+`--config`) opens each node's AF_PACKET sockets inside that node's namespace. A socket stays in
+the namespace it was created in, so the process enters each namespace only to create sockets
+(and to look an interface up by name) and returns at once. CPython gained `os.setns` only in
+3.12; Debian 12 ships 3.11, hence libc through ctypes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+CLONE_NEWNET = 0x40000000
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _setns(fd: int) -> None:
+    if _libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns: {os.strerror(err)}")
+
+
+class Netns:
+    """A handle on one network namespace, by a path such as /proc/PID/ns/net."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+
+    @contextmanager
+    def entered(self) -> Iterator[None]:
+        """Run the body inside this namespace; the caller's namespace is restored after."""
+        home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            _setns(self.fd)
+            try:
+                yield
+            finally:
+                _setns(home)
+        finally:
+            os.close(home)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
