@@ -444,6 +444,7 @@ def cmd_cli(args: argparse.Namespace) -> int:
 FABRIC_BENCHES = {
     "endpoint": ("testbed.bench.endpoint_bench", "run_endpoint_bench", "format_endpoint_table"),
     "failover": ("testbed.bench.failover_bench", "run_failover_bench", "format_failover_table"),
+    "fabric": ("testbed.bench.fabric_bench", "run_fabric_bench", "format_fabric_table"),
 }
 
 
@@ -462,8 +463,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise CliError(str(exc)) from None
         print(json.dumps(result, indent=1) if args.json else getattr(bench, fmt)(result))
         return 0
-    if args.what != "switch":
-        raise CliError(f"bench: {args.what!r} is not available yet (switch, endpoint, failover)")
     from testbed.bench.switch_bench import BenchError, run_switch_bench
 
     try:
