@@ -16,7 +16,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -25,6 +24,7 @@ from testbed.paths import predict_path, source_ports_via
 from testbed.state import RUN_ROOT
 from testbed.switch_layout import ENV
 from tests.conftest import tb, unique_name
+from tests.test_lifecycle_netns import state, wait_for
 from topologies import leaf_spine
 
 pytestmark = pytest.mark.netns
@@ -50,19 +50,6 @@ def fabric():
         yield name
     finally:
         tb("down", "--name", name, check=False)
-
-
-def wait_for(pred, timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def state(name: str) -> dict:
-    return json.loads(tb("inspect", "--name", name, "--json").stdout)
 
 
 def counters(name: str) -> dict:

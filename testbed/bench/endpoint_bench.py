@@ -484,23 +484,24 @@ def loopback_part(reps: int, nbytes: int, seconds: float) -> dict:
 # ----- part 2: goodput vs link rate through a fabric --------------------------------------------
 
 
-def _fabric_udp_baseline(name: str, fab, seconds: float) -> float:
-    """Payload Mbps a bare UDP blaster gets from h1 to h2 through the fabric."""
+def _fabric_udp_baseline(
+    name: str, fab, seconds: float, src: str = "h1", dst: str = "h2", port: int = BASE_PORT + 2
+) -> float:
+    """Payload Mbps a bare UDP blaster gets from `src` to `dst` through the fabric."""
     from testbed import client
 
     st = client.state(name)
     me = [sys.executable, "-m", "testbed.bench.endpoint_bench"]
-    dst = fab.host_ip("h2")
-    port = BASE_PORT + 2
+    dst_ip = fab.host_ip(dst)
     sink = subprocess.Popen(
-        ["mnexec", "-a", str(st.nodes["h2"]["pid"]), *me, "sink", dst, str(port), str(seconds + 2)],
+        ["mnexec", "-a", str(st.nodes[dst]["pid"]), *me, "sink", dst_ip, str(port), str(seconds + 2)],
         stdout=subprocess.PIPE, env=_env(), cwd=REPO, preexec_fn=_die_with_parent,
     )  # fmt: skip
     try:
         if not sink.stdout.readline().startswith(b"ready"):
-            raise BenchError("bench: the UDP sink did not start in h2")
+            raise BenchError(f"bench: the UDP sink did not start in {dst}")
         subprocess.run(
-            ["mnexec", "-a", str(st.nodes["h1"]["pid"]), *me, "blast", dst, str(port), str(seconds)],
+            ["mnexec", "-a", str(st.nodes[src]["pid"]), *me, "blast", dst_ip, str(port), str(seconds)],
             capture_output=True, env=_env(), cwd=REPO, timeout=seconds + 30, check=True,
         )  # fmt: skip
         rx = json.loads(sink.communicate(timeout=seconds + 30)[0])

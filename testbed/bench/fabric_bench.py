@@ -28,16 +28,14 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 
 from testbed.bench.endpoint_bench import (
     BASE_PORT,
     BLAST_PAYLOAD,
     FRAME_OVERHEAD,
-    REPO,
     BenchError,
-    _env,
+    _fabric_udp_baseline,
     _proc_cpu,
     _testbed,
     bench_meta,
@@ -76,28 +74,6 @@ def _in(pids: dict, node: str) -> list[str]:
     return ["mnexec", "-a", str(pids["nodes"][node])]
 
 
-def _udp(name: str, pids: dict, dst_ip: str, seconds: float) -> float:
-    me = [sys.executable, "-m", "testbed.bench.endpoint_bench"]
-    port = str(BASE_PORT + 3)
-    sink = subprocess.Popen(
-        [*_in(pids, DST), *me, "sink", dst_ip, port, str(seconds + 2)],
-        stdout=subprocess.PIPE, env=_env(), cwd=REPO,
-    )  # fmt: skip
-    try:
-        if not sink.stdout.readline().startswith(b"ready"):
-            raise BenchError(f"bench: the UDP sink did not start in {DST}")
-        subprocess.run(
-            [*_in(pids, SRC), *me, "blast", dst_ip, port, str(seconds)],
-            capture_output=True, env=_env(), cwd=REPO, timeout=seconds + 30, check=True,
-        )  # fmt: skip
-        rx = json.loads(sink.communicate(timeout=seconds + 30)[0])
-    finally:
-        if sink.poll() is None:
-            sink.kill()
-            sink.wait()
-    return rx["bytes"] * 8 / max(rx["seconds"], 1e-9) / 1e6
-
-
 def _iperf3(pids: dict, dst_ip: str, seconds: float, port: int) -> float:
     server = subprocess.Popen(
         [*_in(pids, DST), "iperf3", "-s", "-1", "-p", str(port)],
@@ -131,7 +107,7 @@ def one_run(name: str, fab, eps, workload: str, job: int, scale: dict) -> dict:
     hops0, k0 = _hops(name), kernel_drops(name)
     extra: dict = {}
     if workload == "udp":
-        mbps = _udp(name, pids, dst_ip, scale["udp_s"])
+        mbps = _fabric_udp_baseline(name, fab, scale["udp_s"], SRC, DST, BASE_PORT + 3)
     elif workload == "iperf3":
         mbps = _iperf3(pids, dst_ip, scale["tcp_s"], 5401 + job)
     else:
