@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import uuid
@@ -53,6 +54,16 @@ def tb(*args: str, check: bool = True, timeout: float = 180) -> subprocess.Compl
             f"testbed {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
         )
     return proc
+
+
+def interruptible() -> None:
+    """A child's SIGINT back to the default, for tests that interrupt it (Popen preexec_fn).
+
+    A shell starts a background job (`make test &`, a CI runner's script) with SIGINT ignored,
+    the child inherits that, and Python then keeps it ignored: the interrupted run would run to
+    its end and the test would fail on how it was launched, not on what it tests.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def unique_name(prefix: str = "t") -> str:

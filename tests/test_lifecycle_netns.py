@@ -14,7 +14,7 @@ import pytest
 
 from testbed.cleanup import _exists, leftovers
 from testbed.state import RUN_ROOT
-from tests.conftest import ROOT, tb, unique_name
+from tests.conftest import ROOT, interruptible, tb, unique_name
 
 pytestmark = pytest.mark.netns
 
@@ -100,6 +100,7 @@ def test_interrupted_up_tears_down_what_it_built():
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=interruptible,
     )
     wait_for(lambda: (RUN_ROOT / name / "state.json").exists(), what="the build to start")
     time.sleep(0.3)  # mid-build: namespaces and some switches exist

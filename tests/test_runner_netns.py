@@ -16,7 +16,7 @@ import pytest
 from testbed.cleanup import leftovers
 from testbed.scenarios_catalog import list_scenarios
 from testbed.state import RUN_ROOT
-from tests.conftest import ROOT, tb
+from tests.conftest import ROOT, interruptible, tb
 
 pytestmark = pytest.mark.netns
 
@@ -77,6 +77,7 @@ def _start_run(tmp_path: Path) -> tuple[subprocess.Popen, str]:
         [sys.executable, "-m", "testbed.cli", "run", "silent-blackhole", "--out",
          str(tmp_path / "out")],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=interruptible,
     )  # fmt: skip
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
