@@ -303,8 +303,8 @@ class Switch:
                 k["kernel_drops"] + k["truncated"] + k["tx_errors"] for k in kernel.values()
             )
             + sum(p.counters.drops.get("tx_error", 0) for p in self.ports),
-            # Passes of the event loop that woke it (data, a timer, a request): with cpu_s,
-            # what a wakeup costs, which in a fabric is most of a switch's CPU per packet.
+            # Passes of the event loop that woke it (data, a timer, a request): with cpu_s and
+            # the packets, how a switch's CPU splits (docs/performance.md, "The fabric").
             "loop_wakeups": self.loop_wakeups,
             "timer_late_us_p99": late[int(0.99 * (len(late) - 1))] if late else 0.0,
             "cpu_s": sum(os.times()[:2]),
