@@ -52,7 +52,14 @@ def test_json_shape(bench):
         assert {"mbps", "measured_mbps", "error_pct"} <= set(s)
     assert [q["mbps"] for q in result["queue_delay"]] == [10, 50]
     for q in result["queue_delay"]:
-        assert {"expected_ms", "measured_ms_median", "measured_ms_p99", "backlog_bytes"} <= set(q)
+        assert {
+            "expected_ms",
+            "expected_at_drain_ms",
+            "drain_mbps",
+            "measured_ms_median",
+            "measured_ms_p99",
+            "backlog_bytes",
+        } <= set(q)
     assert isinstance(result["rss_mb"]["switch"], float)
 
 
@@ -105,10 +112,14 @@ def test_queueing_delay_is_backlog_over_rate(bench):
         assert q["probes_used"] > 0, q
         assert q["backlog_bytes"] > 0.5 * q["queue_kb"] * 1000, q  # saturated: the queue is full
         assert q["measured_ms_p99"] >= q["measured_ms_median"] > 0, q
-    ten = result["queue_delay"][0]
-    # The port drains only while the switch runs: allow for the share of time it waited.
-    upper = 1.25 / max(0.2, 1.0 - ten.get("dut_wait_share", 0.0))
-    assert 0.8 * ten["expected_ms"] <= ten["measured_ms_median"] <= upper * ten["expected_ms"], ten
+        assert 0 < q["drain_mbps"] <= q["mbps"] * 1.02, q  # the shaper never exceeds its rate
+    # Delay = backlog / the rate the port really drained at. That rate is below the configured
+    # one only when the switch lost CPU time: to a neighbour on its core or, invisibly inside a
+    # VM, to the host (one CI run measured 76.6 ms against 50.4 ms nominal while the switch had
+    # waited only 5 %). Holding the configured rate is the shaper test's job.
+    for q in result["queue_delay"]:
+        expected = q["expected_at_drain_ms"]
+        assert 0.8 * expected <= q["measured_ms_median"] <= 1.25 * expected, q
 
 
 @pytest.mark.netns

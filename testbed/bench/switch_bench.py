@@ -737,7 +737,9 @@ def measure_queue_delay(bed: Bed, mbps: float, t: Timing) -> dict:
 
     Idle first (probes only: the fixed path latency), then saturated with best-effort 1400 B
     frames at OVERLOAD x the rate (tail-dropped when the queue is full, so the data queue drains
-    at exactly the port rate), with the port's backlog sampled over the control socket.
+    at exactly the port rate), with the port's backlog sampled over the control socket. The
+    rate the port really drained at (the sink's veth counters) is reported with the delay that
+    backlog means at it: a switch kept off its CPU, also by the host, drains slower.
     """
     dut = SwitchDut(f"queue{mbps:g}", mbps, in_rate_mbps=LINE_RATE_MBPS)
     dut.start(bed)
@@ -770,11 +772,12 @@ def measure_queue_delay(bed: Bed, mbps: float, t: Timing) -> dict:
         start = time.monotonic()
         _sleep_until(start + t.warmup_s)
         backlog = []
-        cpu0, w0 = dut.cpu(bed), time.monotonic()
+        cores = [bed.gen_cpu, bed.dut_cpu]
+        cpu0, steal0, (w0, s0) = dut.cpu(bed), _proc_stat_ns(cores, _STEAL_COLUMNS), bed.sink()
         while time.monotonic() < start + total - 0.05:
             backlog.append(dut.counters()["ports"][DUT_OUT]["queue_bytes"])
             time.sleep(0.025)
-        cpu1, w1 = dut.cpu(bed), time.monotonic()
+        cpu1, steal1, (w1, s1) = dut.cpu(bed), _proc_stat_ns(cores, _STEAL_COLUMNS), bed.sink()
         sent, got = _probe_delays(bed, gen, recv, total)
     finally:
         dut.stop(bed)
@@ -784,6 +787,7 @@ def measure_queue_delay(bed: Bed, mbps: float, t: Timing) -> dict:
     queued = [d - idle_ms for d in delays]
     backlog_bytes = statistics.median(backlog) if backlog else 0.0
     expected = backlog_bytes * 8 / (mbps * 1e6) * 1000
+    drain_mbps = (s1["rx_bytes"] - s0["rx_bytes"]) * 8 / (w1 - w0) / 1e6
     median = statistics.median(queued) if queued else 0.0
     return {
         "mbps": mbps,
@@ -800,6 +804,11 @@ def measure_queue_delay(bed: Bed, mbps: float, t: Timing) -> dict:
         "probes_received": len(got["seq"]),
         "probes_used": len(delays),
         "dut_wait_share": round((cpu1[1] - cpu0[1]) / 1e9 / (w1 - w0), 2),
+        "steal_share": round((steal1 - steal0) / 1e9 / (w1 - w0), 2),
+        "drain_mbps": round(drain_mbps, 3),
+        "expected_at_drain_ms": round(backlog_bytes * 8 / (drain_mbps * 1e6) * 1000, 3)
+        if drain_mbps
+        else None,
     }
 
 
@@ -1017,6 +1026,11 @@ def format_table(result: dict) -> str:
                 f"{q['expected_ms']:.2f} ms, measured median {q['measured_ms_median']:.2f} ms, "
                 f"p99 {q['measured_ms_p99']:.2f} ms"
             )
+            if q.get("drain_mbps") and q["drain_mbps"] < 0.98 * q["mbps"]:
+                lines.append(
+                    f"          drained at {q['drain_mbps']:.2f} Mbps (switch lost CPU time): "
+                    f"expected {q['expected_at_drain_ms']:.2f} ms at that rate"
+                )
     lines.append("")
     lines.append(
         "RSS: " + ", ".join(f"{k} {v:.1f} MB" for k, v in result.get("rss_mb", {}).items())
