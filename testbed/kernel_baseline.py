@@ -237,6 +237,20 @@ def load_json(path: Path) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
+def _size(path: Path | None) -> int | None:
+    try:
+        return path.stat().st_size if path else None
+    except OSError:
+        return None
+
+
+def _tail(path: Path, chars: int = 300) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")[-chars:].strip()
+    except OSError:
+        return ""
+
+
 def retrans_segs(pid: int) -> int:
     """``Tcp: RetransSegs`` of the network namespace of `pid`."""
     rows = [
@@ -704,6 +718,11 @@ class KernelBaseline:
                 "port": hop.port,
                 "attempts": hop.attempts,
                 "launched_s": round(hop.start - t0, 6),
+                # How the last attempt ended (negative: killed by that signal) and what it left:
+                # a flow with nothing received says why by these.
+                "exit_code": hop.child.proc.returncode if hop.child else None,
+                "json_bytes": _size(hop.out),
+                "stderr": _tail(hop.out.with_suffix(".err")) if hop.out else "",
             }
             done = None
             if doc is not None and doc.get("intervals"):

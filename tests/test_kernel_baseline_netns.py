@@ -109,12 +109,6 @@ def test_tcp_allreduce_records_every_step(fabric, tmp_path):
     assert measure(run, sc, []).delivered_all
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known intermittent bug, open: in 4 of 9 fresh-clone CI runs on 2026-12-03 a tcp "
-    "flow killed at the deadline left no deliveries (0 B) -- the iperf3 JSON or the start "
-    "anchor went missing; it passes alone and in its own module",
-)
 def test_the_deadline_kills_what_runs_and_keeps_what_arrived(fabric, tmp_path):
     sc = _scenario("tcp", {"kind": "bulk", "src": "h1", "dst": "h4", "bytes": "20MB"})
     # 20 MB needs 8 s at 20 Mbps. The deadline leaves iperf3 time to start: on a loaded
@@ -125,4 +119,10 @@ def test_the_deadline_kills_what_runs_and_keeps_what_arrived(fabric, tmp_path):
     (msg,) = run.messages
     assert msg.done_s is None
     got = sum(n for _, n in run.deliveries)
+    if got == 0:
+        # A known intermittent bug, open: in 4 of 9 fresh-clone CI runs on 2026-12-03 the flow
+        # killed at the deadline left no deliveries, though it passes alone and in its module.
+        # Marked as such (not failed) with the evidence that is still missing: how the iperf3
+        # client ended and what it wrote. Every other outcome is asserted below.
+        pytest.xfail(f"known bug: 0 B after the deadline kill; flows: {base.details['flows']}")
     assert 0.2 * LINK_MBPS * 1e6 / 8 * (deadline - 1.0) < got < 20_000_000, base.details
