@@ -96,7 +96,6 @@ def _iperf3_once(pids: dict, dst_ip: str, seconds: float, port: int) -> tuple[fl
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        why = "no attempt"
         for _ in range(50):  # the server may not listen yet: retry the connect
             proc = subprocess.run(
                 [*_in(pids, SRC), "iperf3", "-c", dst_ip, "-p", str(port), "-t", f"{seconds:g}", "-J"],
@@ -119,15 +118,11 @@ def _iperf3_once(pids: dict, dst_ip: str, seconds: float, port: int) -> tuple[fl
 
 def _iperf3(pids: dict, dst_ip: str, seconds: float, port: int) -> float:
     """Kernel TCP goodput h1 -> h3, retrying a test iperf3 itself reports as not run."""
-    whys = []
     for _ in range(IPERF3_ATTEMPTS):
         mbps, why = _iperf3_once(pids, dst_ip, seconds, port)
         if mbps is not None:
             return mbps
-        whys.append(why)
-    raise BenchError(
-        f"bench: iperf3 {SRC} -> {DST} failed {IPERF3_ATTEMPTS} times; last: {whys[-1]!r}"
-    )
+    raise BenchError(f"bench: iperf3 {SRC} -> {DST} failed {IPERF3_ATTEMPTS} times; last: {why!r}")
 
 
 def one_run(name: str, fab, eps, workload: str, job: int, scale: dict) -> dict:
