@@ -24,7 +24,7 @@ from scapy.utils import checksum
 from switch import fastpath, frames, ring
 from switch.config import switch_config
 from switch.dataplane import Switch
-from tests.test_switch_dataplane import fabric, mutate, peer_mac_of, templates, udp_frame
+from tests.test_switch_dataplane import fabric, mutate, peer_mac_of, peer_of, templates, udp_frame
 
 MAC_OFFSET = 66  # where TPACKET_V2 puts an Ethernet frame in its slot on this kernel
 
@@ -307,3 +307,35 @@ def test_a_udp_header_cut_short_hashes_on_its_own_bytes_not_the_slots_leftovers(
         short.append((0, bytes(f), 1.0, False))
     sw, rings = run_both("leaf1", [long[:32], long[32:], short])
     assert sum(len(io.sent) for io in rings.values()) == 64 + 16
+
+
+def test_a_run_to_one_port_interrupted_by_the_slow_path_keeps_order_and_counts() -> None:
+    """Runs (forward_from_ring's docstring): the egress state a run keeps in locals is written
+    back before the slow path sends on that same port, so nothing is overwritten or reordered.
+
+    On spine2 every frame for 10.1.1.0/24 leaves by the leaf1 port: a cached flow starts a run,
+    the first frame to another host of that subnet takes the slow path (its route is not
+    cached yet) out of the same port, a frame with a bad checksum is dropped in between, and
+    the run goes on."""
+    cached = [bytes(udp_frame(src="10.1.2.1", dst="10.1.1.1", sport=7000 + i)) for i in range(6)]
+    first = bytes(udp_frame(src="10.1.2.1", dst="10.1.1.2", sport=9000))
+    bad = bytearray(udp_frame(src="10.1.2.1", dst="10.1.1.1", sport=9001))
+    bad[24] ^= 0xFF
+    sa, a, sb, b = twin_switches("spine2")
+    ingress = next(i for i, p in enumerate(sa.ports) if peer_of(sa, p.name) == "leaf2")
+    egress = next(p.name for p in sa.ports if peer_of(sa, p.name) == "leaf1")
+    script = [[(ingress, cached[0], 1.0, False)]]  # caches the route to 10.1.1.1
+    burst = [cached[1], cached[2], first, cached[3], bytes(bad), cached[4], cached[5]]
+    script.append([(ingress, f, 1.0, False) for f in burst])
+    for pending in script:
+        for idx, frame, _, _ in pending:
+            a[sa.ports[idx].name].push(frame)
+            b[sb.ports[idx].name].push(frame)
+        step(sa, a, True, 1.0)
+        step(sb, b, False, 1.0)
+    same_behaviour(sa, a, sb, b)
+    got = [struct.unpack_from("!H", f, 34)[0] for _, f in a[egress].sent]
+    assert got == [7000, 7001, 7002, 9000, 7003, 7004, 7005]
+    c = sa.counters()["ports"][egress]
+    assert c["tx_packets"] == 7 and c["tx_bytes"] == sum(len(f) for f in [*cached, first])
+    assert sa.counters()["ports"][sa.ports[ingress].name]["rx_packets"] == 8
