@@ -161,3 +161,51 @@ def test_reply_pairs_keep_each_round_trip_on_one_plane() -> None:
     cfg = TransportConfig(planes=4)
     planes = {e: i % 4 for i, e in enumerate(cfg.ev_values())}
     assert all(planes[e] == planes[r] for e, r in cfg.reply_pairs().items())
+
+
+def _two_packets_sent_apart(gap: float):
+    """A Sender with PSN 0 sent at t=0 and PSN 1 sent `gap` later, each on its own EV."""
+    from endpoint.sender import Sender
+    from endpoint.stats import ConnectionStats
+
+    cfg = TransportConfig(reorder_min=1e-3)
+    s = Sender(cfg, local_qp=1, remote_qp=2, start_psn=0, stats=ConnectionStats())
+    sent: list = []
+    for t in (0.0, gap):
+        s.send_message(b"x" * 100, t)
+        s.poll_transmit(t, sent)
+    assert len(sent) == 2 and sent[0][0] != sent[1][0]
+    ts = [p.ts_ns for p in sorted(s.unacked.values(), key=lambda p: p.psn)]
+    return s, [ev for ev, *_ in sent], ts
+
+
+def _ack(psn: int, cum: int, ts: int, ev: int, sack_base: int = 0, bits: int = 0):
+    from endpoint.codec import AckPacket
+
+    return AckPacket(
+        dqpn=1, psn=psn, cum_psn=cum, sack_base=sack_base, sack_bitmap=bits, ev_echo=ev, ts_echo=ts
+    )
+
+
+def test_losses_are_judged_once_per_read_batch_not_per_ack() -> None:
+    """PSN 1 overtook PSN 0 by more than the reorder allowance; both ACKs arrive in one read.
+
+    Read one by one, the first ACK (PSN 1 SACKed, PSN 0 not yet) would declare PSN 0 lost and
+    retire its EV, and the second would prove it delivered. Judged after the batch, nothing is
+    lost; when PSN 0's ACK really comes a turn later, the loss stands and is counted undone.
+    """
+    now = 0.005
+    s, evs, ts = _two_packets_sent_apart(gap=0.003)
+    s.on_ack(_ack(1, cum=0, ts=ts[1], ev=evs[1], sack_base=1, bits=1), now)
+    s.on_ack(_ack(0, cum=2, ts=ts[0], ev=evs[0]), now)
+    out: list = []
+    s.poll_transmit(now, out)
+    assert out == [] and not s.unacked
+    assert s.stats.counters["ev_retired"] == 0 and s.evs.by_ev[evs[0]].state is EVState.GOOD
+
+    s, evs, ts = _two_packets_sent_apart(gap=0.003)
+    s.on_ack(_ack(1, cum=0, ts=ts[1], ev=evs[1], sack_base=1, bits=1), now)
+    s.on_timer(now)  # the next turn: PSN 0's ACK is not in this batch
+    assert s.stats.counters["ev_retired"] == 1 and s.evs.by_ev[evs[0]].state is EVState.FAILED
+    s.on_ack(_ack(0, cum=2, ts=ts[0], ev=evs[0]), now + 0.001)
+    assert s.stats.counters["undone_loss"] == 1 and not s.unacked
