@@ -55,6 +55,7 @@ class EVPath:
         "retirements",
         "packets_sent",
         "ack_misses",
+        "proven_at",
     )
 
     def __init__(self, ev: int, plane: int) -> None:
@@ -70,6 +71,9 @@ class EVPath:
         self.retirements = 0
         self.packets_sent = 0
         self.ack_misses = 0  # packets in a row acknowledged only by later packets' ACKs
+        # Send time of the latest packet or probe on this EV whose own reply came back: the
+        # round trip worked then (the sender's loss sweep asks "since when?").
+        self.proven_at = float("-inf")
 
 
 class EVSet:
@@ -96,9 +100,20 @@ class EVSet:
 
     # -- selection ---------------------------------------------------------------------------
 
-    def pick(self, exclude: int | None = None) -> EVPath:
-        """Next EV to send on, skipping FAILED ones and (if possible) ``exclude``."""
+    def pick(self, exclude: int | None = None, proven_since: float | None = None) -> EVPath:
+        """Next EV to send on, skipping FAILED ones and (if possible) ``exclude``.
+
+        With ``proven_since``, only EVs whose round trip worked at or after that time
+        (``proven_at``) are taken, in turn, while there is one; else the normal choice.
+        """
         paths = self.paths
+        if proven_since is not None:
+            for _ in range(len(paths)):
+                p = paths[self._next]
+                self._next = (self._next + 1) % len(paths)
+                if p.proven_at >= proven_since and p.state is not EVState.FAILED:
+                    if p.ev != exclude:
+                        return p
         n = len(paths)
         best: EVPath | None = None
         for _ in range(n):

@@ -129,9 +129,14 @@ def test_blackholed_evs_retired_within_one_rtt_and_readmitted_after_heal(
     srtt = conn.sender.rtt.srtt
     retired = {t.ev: t.at for t in conn.stats.ev_transitions if t.new == "failed"}
     assert set(retired) >= bad
+    first = min(retired.values())
     for ev in bad:
-        # Detection needs the loss to be noticed: about one RTT after the packet was sent.
-        assert retired[ev] - first_send[ev] <= 1.5 * srtt
+        if ev in first_send:
+            # Detection needs the loss to be noticed: about one RTT after the packet was sent.
+            assert retired[ev] - first_send[ev] <= 1.5 * srtt
+        else:
+            # Found by the first loss's sweep without losing a packet: one probe round trip.
+            assert retired[ev] - first <= 2.5 * srtt
     assert conn.stats.counters["ev_retired"] == len(bad)  # no healthy EV was blamed
     net.blackhole_evs("a", "b", set())
     assert h.run(2.0)
@@ -255,3 +260,47 @@ def test_everything_at_once_is_still_exactly_once(mode: Mode, seed: int) -> None
     assert_exactly_once(h.sent_ab, h.received_ab)
     assert_exactly_once(h.sent_ba, h.received_ba)
     assert psn_diff(h.ca.sender.next_psn, PSN_MOD - 40) > 40  # the PSN really wrapped
+
+
+def _data_into_dead_evs(loss_sweep: bool, seed: int) -> tuple[int, PairHarness, set]:
+    cfg = TransportConfig(mode=Mode.MRC, loss_sweep=loss_sweep)
+    net = SimNet(seed=seed)
+    h = PairHarness(net, cfg)
+    net.set_bottleneck("b", Bottleneck(rate_bps=100e6))
+    rng = random.Random(seed)
+    for _ in range(400):
+        h.send_ab(blob(rng, 14_000))
+    bad = set(rng.sample(cfg.ev_values(), 32))
+    lost = 0
+    inject = net.inject
+
+    def spy(src, tx):
+        nonlocal lost
+        if src == "a" and tx.ev in bad and tx.tos != TOS_CONTROL and net.now >= 0.005:
+            lost += 1
+        inject(src, tx)
+
+    net.inject = spy
+    net.run(0.005)
+    net.blackhole_evs("a", "b", bad)
+    net.run(0.030)
+    return lost, h, bad
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_loss_sweep_finds_dead_evs_without_feeding_them_data(seed: int) -> None:
+    """Half the EVs die at once: without the sweep each dead EV is found by losing a packet on
+    it (32); with it, the first losses make every EV prove itself and the rest are retired on
+    an unanswered probe -- the same EVs, no healthy one, for a fraction of the data."""
+    without, _, _ = _data_into_dead_evs(False, seed)
+    with_sweep, h, bad = _data_into_dead_evs(True, seed)
+    c = h.ca.stats.counters
+    assert without >= len(bad)
+    assert with_sweep <= without // 2
+    assert c["loss_sweeps"] >= 1 and c["sweep_retired"] > 0
+    failed = {ev for ev, s in h.ca.sender.evs.states().items() if s == "failed"}
+    assert failed == bad
+    net = h.net
+    net.blackhole_evs("a", "b", set())
+    assert h.run(2.0)
+    assert_exactly_once(h.sent_ab, h.received_ab)
