@@ -93,8 +93,8 @@ def test_every_message_delivered_exactly_once_and_intact(p: dict) -> None:
         assert conn.stats.drops["message_crc"] == 0
 
 
-def _bulk(mode: Mode, seed: int = 1) -> tuple[SimNet, PairHarness]:
-    cfg = TransportConfig(mode=mode)
+def _bulk(mode: Mode, seed: int = 1, **cfg_kw) -> tuple[SimNet, PairHarness]:
+    cfg = TransportConfig(mode=mode, **cfg_kw)
     net = SimNet(seed=seed)
     h = PairHarness(net, cfg)
     net.set_bottleneck("b", Bottleneck(rate_bps=100e6))
@@ -263,14 +263,8 @@ def test_everything_at_once_is_still_exactly_once(mode: Mode, seed: int) -> None
 
 
 def _data_into_dead_evs(loss_sweep: bool, seed: int) -> tuple[int, PairHarness, set]:
-    cfg = TransportConfig(mode=Mode.MRC, loss_sweep=loss_sweep)
-    net = SimNet(seed=seed)
-    h = PairHarness(net, cfg)
-    net.set_bottleneck("b", Bottleneck(rate_bps=100e6))
-    rng = random.Random(seed)
-    for _ in range(400):
-        h.send_ab(blob(rng, 14_000))
-    bad = set(rng.sample(cfg.ev_values(), 32))
+    net, h = _bulk(Mode.MRC, seed, loss_sweep=loss_sweep)
+    bad = set(random.Random(seed).sample(TransportConfig().ev_values(), 32))
     lost = 0
     inject = net.inject
 
