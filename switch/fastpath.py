@@ -31,6 +31,7 @@ sends exactly what `Switch.receive_batch` sends, for random frames and port stat
 
 from __future__ import annotations
 
+import os
 from zlib import crc32
 
 from switch.fib import BUCKET_MASK
@@ -44,6 +45,11 @@ from switch.ring import (
     WORDS_PER_FRAME,
     RingSocket,
 )
+from switch.vector import VEC_MIN, forward_vector
+
+# The vector path for deep bursts (switch/vector.py); TESTBED_SWITCH_VECTOR=0 turns it off, so
+# that one bench can measure the per-frame loop alone.
+VECTOR = os.environ.get("TESTBED_SWITCH_VECTOR", "1") != "0"
 
 _IPV4_NO_OPTIONS = 0x080045  # ethertype IPv4, then version 4 / IHL 5: the top 24 of 176 bits
 _from_bytes = int.from_bytes
@@ -109,6 +115,13 @@ def forward_from_ring(sw, port, io: RingSocket, now: float, limit: int = 64) -> 
             sw.receive_batch(port, batch, now)
             io.release()
         return n
+    if (
+        VECTOR
+        and io.u32[((io.head + VEC_MIN - 1) % io.frame_nr) * WORDS_PER_FRAME] & TP_STATUS_USER
+    ):
+        taken = forward_vector(sw, port, io, now)  # a deep burst is waiting
+        if taken:
+            return taken
     mm = io.mm
     mv = io.mv
     u32 = io.u32

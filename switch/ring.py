@@ -116,6 +116,7 @@ class RingSocket:
         self.u16 = self.mv.cast("H")
         self.tx_word0 = tx_base // 4
         self.held: list[int] = []
+        self.arrays = None  # numpy views of the rings, made by switch.vector when first used
         self.tx_head = 0
         self.tx_pending = 0
         self.tx_errors = 0
@@ -251,6 +252,7 @@ class RingSocket:
     def close(self) -> None:
         try:
             self.held.clear()
+            self.arrays = None
             self.u32.release()
             self.u16.release()
             self.mv.release()
