@@ -58,8 +58,8 @@ class TransportConfig:
     tail_copies: int = 3  # copies (distinct EVs) of an RTO / tail-loss-probe resend (mrc)
     ack_miss_limit: int = 2  # own ACKs missing in a row (data covered by later ACKs) -> retire
     probe_interval: float = 1e-3  # first probe this long after a retirement
-    loss_sweep: bool = True  # mrc: a loss makes every EV prove itself (endpoint.sender)
     probe_interval_max: float = 16e-3  # probes back off (x2) up to this while unanswered
+    loss_sweep: bool = True  # mrc: a loss makes every EV prove itself (endpoint.sender)
 
     # Receiver.
     # "paired": a reply (ACK, NACK, PROBE-ACK) to a packet on EV e leaves on EV pair(e), a fixed

@@ -410,7 +410,7 @@ class Sender:
         ACK read first declared lost every packet sent more than the allowance before its own
         -- whose ACKs were a few datagrams further on in the same batch. On the emulated fabric
         that was 41-47 of the ~65 spurious loss declarations (and EV retirements) of a healthy
-        20 MB bulk (docs/transport.md, "Loss detection").
+        20 MB bulk (docs/transport.md, "Path (EV) health").
         """
         if self._losses_due:
             self._losses_due = False
@@ -452,6 +452,8 @@ class Sender:
         worked since ``since`` (an ACK or a PROBE-ACK answering something sent since); every
         other live EV gets one probe, and those still unanswered when it ends are retired --
         having lost no data. Healthy EVs it wrongly retires come back with their next probe.
+        On the emulated fabric the first loss is seen late (RTTs of several ms), when every
+        EV has carried a packet already, so there it saves little (docs/transport.md).
         """
         self.stats.counters["loss_sweeps"] += 1
         self._sweep_since = since
