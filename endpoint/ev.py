@@ -111,9 +111,12 @@ class EVSet:
             for _ in range(len(paths)):
                 p = paths[self._next]
                 self._next = (self._next + 1) % len(paths)
-                if p.proven_at >= proven_since and p.state is not EVState.FAILED:
-                    if p.ev != exclude:
-                        return p
+                if (
+                    p.proven_at >= proven_since
+                    and p.state is not EVState.FAILED
+                    and p.ev != exclude
+                ):
+                    return p
         n = len(paths)
         best: EVPath | None = None
         for _ in range(n):
