@@ -20,7 +20,7 @@ from switch.control import ControlServer
 from switch.dataplane import Switch
 from switch.netns import Netns
 from switch.queueing import TRIM_DECISION_ENV
-from switch.ring import RingSocket
+from switch.ring import RX_FRAMES, RingSocket
 
 
 def _die_with_parent() -> None:
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         help="network namespace of each --config's ports (e.g. /proc/PID/ns/net); "
         "default: the current one",
     )
-    ap.add_argument("--ring-frames", type=int, default=512, help="rx ring slots per port")
+    ap.add_argument("--ring-frames", type=int, default=RX_FRAMES, help="rx ring slots per port")
     ap.add_argument(
         "--die-with-parent", action="store_true", help="exit when the starting process dies"
     )

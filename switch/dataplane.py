@@ -91,6 +91,10 @@ class Switch:
         self.icmp_sent = 0
         self.started = time.time()
         self.loop_wakeups = 0
+        # Frames the vector path (switch/vector.py) forwarded, and in how many bursts: how much
+        # of a saturated switch's load it carried, for the bench to report.
+        self.vector_frames = 0
+        self.vector_bursts = 0
         self.late_us: list[float] = []  # recent timer lateness samples (emulation health)
         self.debug_log = None
         self._route_cache: dict[int, object] = {}
@@ -306,6 +310,8 @@ class Switch:
             # Passes of the event loop that woke it (data, a timer, a request): with cpu_s and
             # the packets, how a switch's CPU splits (docs/performance.md, "The fabric").
             "loop_wakeups": self.loop_wakeups,
+            "vector_frames": self.vector_frames,
+            "vector_bursts": self.vector_bursts,
             "timer_late_us_p99": late[int(0.99 * (len(late) - 1))] if late else 0.0,
             "cpu_s": sum(os.times()[:2]),
         }

@@ -125,6 +125,8 @@ def forward_from_ring(sw, port, io: RingSocket, now: float, limit: int = 64) -> 
     ):
         taken = forward_vector(sw, port, io, now)  # a deep burst is waiting
         if taken:
+            sw.vector_frames += taken
+            sw.vector_bursts += 1
             return taken
     mm = io.mm
     mv = io.mv
@@ -142,7 +144,7 @@ def forward_from_ring(sw, port, io: RingSocket, now: float, limit: int = 64) -> 
     # The current run (see the docstring): its Port, tx ring and their state.
     run = None
     r_tx = r_mm = r_u32 = None
-    r_word = r_end = r_w0 = r_pkts = r_bytes = 0
+    r_word = r_end = r_pkts = r_bytes = 0
     r_spb = r_busy = 0.0
     while taken < limit:
         # tpacket2_hdr at `word`: status, len, snaplen, mac(16), net(16)
@@ -188,7 +190,7 @@ def forward_from_ring(sw, port, io: RingSocket, now: float, limit: int = 64) -> 
                     hop = _decide(sw, h, mv[off : off + n], proto, None)
             if hop is None:
                 if run is not None:
-                    r_tx.tx_head = (r_word - r_w0) // WORDS_PER_FRAME
+                    r_tx.tx_head = r_word // WORDS_PER_FRAME
                     r_tx.tx_pending += r_pkts
                     run.busy_until = r_busy
                     c = run.counters
@@ -207,7 +209,7 @@ def forward_from_ring(sw, port, io: RingSocket, now: float, limit: int = 64) -> 
                     h = l2h | (h - _TTL_ONE) & ~_CHECKSUM | ((mid & 0xFFFF) - 0xFEFF) << 64
                 if out is not run:
                     if run is not None:
-                        r_tx.tx_head = (r_word - r_w0) // WORDS_PER_FRAME
+                        r_tx.tx_head = r_word // WORDS_PER_FRAME
                         r_tx.tx_pending += r_pkts
                         run.busy_until = r_busy
                         c = run.counters
@@ -219,11 +221,10 @@ def forward_from_ring(sw, port, io: RingSocket, now: float, limit: int = 64) -> 
                         # An idle port with a tx ring: a run starts.
                         run = out
                         r_tx = tx
-                        r_mm = tx.mm
-                        r_u32 = tx.u32
-                        r_w0 = tx.tx_word0
-                        r_word = r_w0 + tx.tx_head * WORDS_PER_FRAME
-                        r_end = r_w0 + tx.tx_nr * WORDS_PER_FRAME
+                        r_mm = tx.tx_mm
+                        r_u32 = tx.tx_u32
+                        r_word = tx.tx_head * WORDS_PER_FRAME
+                        r_end = tx.tx_nr * WORDS_PER_FRAME
                         r_spb = out.sec_per_byte
                         r_busy = out.busy_until
                         r_pkts = r_bytes = 0
@@ -248,12 +249,12 @@ def forward_from_ring(sw, port, io: RingSocket, now: float, limit: int = 64) -> 
                             r_u32[r_word] = TP_STATUS_SEND_REQUEST  # the kernel's at the flush
                             r_word += WORDS_PER_FRAME
                             if r_word == r_end:
-                                r_word = r_w0
+                                r_word = 0
                             r_pkts += 1
                             r_bytes += n
                 if not sent:
                     if run is not None:
-                        r_tx.tx_head = (r_word - r_w0) // WORDS_PER_FRAME
+                        r_tx.tx_head = r_word // WORDS_PER_FRAME
                         r_tx.tx_pending += r_pkts
                         run.busy_until = r_busy
                         c = run.counters
@@ -268,7 +269,7 @@ def forward_from_ring(sw, port, io: RingSocket, now: float, limit: int = 64) -> 
         if word == rx_end:
             word = 0
     if run is not None:
-        r_tx.tx_head = (r_word - r_w0) // WORDS_PER_FRAME
+        r_tx.tx_head = r_word // WORDS_PER_FRAME
         r_tx.tx_pending += r_pkts
         run.busy_until = r_busy
         c = run.counters

@@ -42,6 +42,10 @@ WORDS_PER_FRAME = (
 )  # holds a 1514-byte frame plus the 32-byte tpacket2_hdr and sockaddr_ll
 BLOCK_SIZE = 1 << 16
 STUCK_SLOT_S = 0.002
+# Slots per port. The vector path (switch/vector.py) takes up to a tx ring's worth of frames
+# at once, and its cost per frame halves from 256 to 512 (docs/performance.md).
+RX_FRAMES = 1024
+TX_FRAMES = 512
 
 _HDR = struct.Struct("IIIHH")  # tp_status, tp_len, tp_snaplen, tp_mac, tp_net
 _STATUS = struct.Struct("I")
@@ -50,20 +54,25 @@ _TX_HDR = struct.Struct("III")  # tp_status, tp_len, tp_snaplen
 
 
 class RingSocket:
-    """An AF_PACKET socket bound to one interface, with mapped rx and tx rings.
+    """One interface's AF_PACKET sockets: one with a mapped rx ring, one with a mapped tx ring.
 
     Transmission is batched: `send()` only writes the frame into the next tx slot, and
     `flush()` -- called once per burst by the event loop -- hands every queued slot to the
     kernel with a single syscall. One `send()` syscall per packet was ~40 % of the switch's time.
     """
 
-    def __init__(self, ifname: str, frames: int = 512, tx_frames: int = 256) -> None:
+    def __init__(self, ifname: str, frames: int = RX_FRAMES, tx_frames: int = TX_FRAMES) -> None:
         self.ifname = ifname
         blocks = max(1, frames * FRAME_SIZE // BLOCK_SIZE)
         self.frame_nr = blocks * (BLOCK_SIZE // FRAME_SIZE)
         tx_blocks = max(1, tx_frames * FRAME_SIZE // BLOCK_SIZE)
         self.tx_nr = tx_blocks * (BLOCK_SIZE // FRAME_SIZE)
+        # Two sockets: the rx ring's, which the event loop's epoll watches, and the tx ring's,
+        # which nothing watches. On one socket, every transmitted frame the kernel frees runs
+        # the socket's write-space wakeup through epoll's wait queue entry: 5 % of a saturated
+        # switch's CPU in `perf` (docs/performance.md).
         sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+        txsock = None
         try:
             sock.setsockopt(SOL_PACKET, PACKET_VERSION, TPACKET_V2)
             sock.setsockopt(
@@ -71,15 +80,9 @@ class RingSocket:
                 PACKET_RX_RING,
                 struct.pack("IIII", BLOCK_SIZE, blocks, FRAME_SIZE, self.frame_nr),
             )
-            sock.setsockopt(
-                SOL_PACKET,
-                PACKET_TX_RING,
-                struct.pack("IIII", BLOCK_SIZE, tx_blocks, FRAME_SIZE, self.tx_nr),
-            )
-            # One mapping: the rx ring first, then the tx ring.
             self.mm = mmap.mmap(
                 sock.fileno(),
-                (blocks + tx_blocks) * BLOCK_SIZE,
+                blocks * BLOCK_SIZE,
                 mmap.MAP_SHARED,
                 mmap.PROT_READ | mmap.PROT_WRITE,
             )
@@ -89,20 +92,39 @@ class RingSocket:
                 pass  # kernels before 4.20: outgoing frames are filtered by pkttype below
             sock.bind((ifname, ETH_P_ALL))
             sock.setblocking(False)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+            # Protocol 0, and bound with 0 too: this socket receives nothing.
+            txsock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+            txsock.setsockopt(SOL_PACKET, PACKET_VERSION, TPACKET_V2)
+            txsock.setsockopt(
+                SOL_PACKET,
+                PACKET_TX_RING,
+                struct.pack("IIII", BLOCK_SIZE, tx_blocks, FRAME_SIZE, self.tx_nr),
+            )
+            tx_mm = mmap.mmap(
+                txsock.fileno(),
+                tx_blocks * BLOCK_SIZE,
+                mmap.MAP_SHARED,
+                mmap.PROT_READ | mmap.PROT_WRITE,
+            )
+            txsock.bind((ifname, 0))
+            txsock.setblocking(False)
+            txsock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
         except OSError:
             sock.close()
+            if txsock is not None:
+                txsock.close()
             raise
         self.sock = sock
+        self.txsock = txsock
         self.fd = sock.fileno()
-        self._send = sock.send
-        self._init_rings(self.mm, blocks * BLOCK_SIZE)
+        self._send = txsock.send
+        self._init_rings(self.mm, tx_mm)
 
-    def _init_rings(self, mm: mmap.mmap, tx_base: int) -> None:
-        """The ring state over a mapping laid out rx ring first, then tx ring at `tx_base`.
+    def _init_rings(self, mm: mmap.mmap, tx_mm: mmap.mmap) -> None:
+        """The ring state over the rx ring's mapping `mm` and the tx ring's `tx_mm`.
 
-        Apart from __init__ so that tests can run the very same ring code over an anonymous
-        mapping (see tests/test_switch_fastpath.py) without a socket.
+        Apart from __init__ so that tests can run the very same ring code over anonymous
+        mappings (see tests/test_switch_fastpath.py) without a socket.
         """
         self.mm = mm
         self.head = 0
@@ -110,11 +132,12 @@ class RingSocket:
         self.kernel_drops = 0
         self.truncated = 0
         self.ring_skips = 0
-        self.tx_base = tx_base
         self.mv = memoryview(mm)  # slice-assignable from a bytearray on PyPy too
         self.u32 = self.mv.cast("I")
         self.u16 = self.mv.cast("H")
-        self.tx_word0 = tx_base // 4
+        self.tx_mm = tx_mm
+        self.tx_mv = memoryview(tx_mm)
+        self.tx_u32 = self.tx_mv.cast("I")
         self.held: list[int] = []
         self.arrays = None  # numpy views of the rings, made by switch.vector when first used
         self.tx_head = 0
@@ -192,8 +215,8 @@ class RingSocket:
 
     def send(self, frame: bytes | bytearray) -> bool:
         """Queue `frame` in the tx ring; False if the ring is full even after a flush."""
-        u32 = self.u32
-        word = self.tx_word0 + self.tx_head * WORDS_PER_FRAME
+        u32 = self.tx_u32
+        word = self.tx_head * WORDS_PER_FRAME
         status = u32[word]
         if status != TP_STATUS_AVAILABLE:
             if status == TP_STATUS_WRONG_FORMAT:
@@ -204,7 +227,7 @@ class RingSocket:
                     return False
         n = len(frame)
         start = word * 4 + TX_DATA_OFF
-        self.mv[start : start + n] = frame
+        self.tx_mv[start : start + n] = frame
         u32[word + 1] = n  # tp_len
         u32[word + 2] = n  # tp_snaplen
         u32[word] = TP_STATUS_SEND_REQUEST  # last: the slot is the kernel's from here on
@@ -257,7 +280,11 @@ class RingSocket:
             self.u16.release()
             self.mv.release()
             self.mm.close()
+            self.tx_u32.release()
+            self.tx_mv.release()
+            self.tx_mm.close()
         except BufferError:
             pass  # a frame view is still referenced; the mapping goes with the process
         finally:
             self.sock.close()
+            self.txsock.close()

@@ -35,11 +35,12 @@ from switch.ring import (
     TP_STATUS_SEND_REQUEST,
     TP_STATUS_USER,
     TX_DATA_OFF,
+    TX_FRAMES,
     RingSocket,
 )
 
 VEC_MIN = 96  # ready frames in a row before a burst is worth the ~40 numpy calls
-VEC_MAX = 256  # frames per vector burst (the tx ring holds 256)
+VEC_MAX = TX_FRAMES  # frames per vector burst: a tx ring's worth
 VEC_TAIL = 16  # ... but the ready frames up to the rx ring's end go as one vector from this many
 _MIN_LEN = 38  # Ethernet + IPv4 + the ports of a UDP/TCP header
 _FIXED = [0, 1, 2, 11]  # in bytes 12..37: ethertype (2), version/IHL, protocol
@@ -55,9 +56,7 @@ class RingArrays:
         self.rx = rx.reshape(io.frame_nr, FRAME_SIZE)
         self.rx32 = self.rx.view(np.uint32)
         self.rx16 = self.rx.view(np.uint16)
-        tx = np.frombuffer(
-            io.mm, dtype=np.uint8, count=io.tx_nr * FRAME_SIZE, offset=io.tx_word0 * 4
-        )
+        tx = np.frombuffer(io.tx_mm, dtype=np.uint8, count=io.tx_nr * FRAME_SIZE)
         self.tx = tx.reshape(io.tx_nr, FRAME_SIZE)
         self.tx32 = self.tx.view(np.uint32)
 

@@ -1,7 +1,7 @@
 """The vector path (switch/vector.py) sends exactly what the frame-object path sends.
 
-Same method as tests/test_switch_fastpath.py, with rings as deep as the real ones (512 rx
-slots, 256 tx slots) and bursts deep enough for the vector path to take them: one switch
+Same method as tests/test_switch_fastpath.py, with rings as deep as the real ones (1024 rx
+slots, 512 tx slots) and bursts deep enough for the vector path to take them: one switch
 forwards through `forward_from_ring` (vector path on), its twin through read_batch +
 `Switch.receive_batch`; what leaves each port, when, and every counter must be identical, and
 the vector path must really have carried most of the frames.
@@ -27,8 +27,12 @@ def deep_twins(name: str, **topo) -> tuple[Switch, dict, Switch, dict]:
     cfg = switch_config(fabric(**topo), name)
     a: dict[str, MemoryRing] = {}
     b: dict[str, MemoryRing] = {}
-    sa = Switch(cfg, open_port=lambda p: a.setdefault(p, MemoryRing(p, 512, 256)))
-    sb = Switch(cfg, open_port=lambda p: b.setdefault(p, MemoryRing(p, 512, 256)))
+    sa = Switch(
+        cfg, open_port=lambda p: a.setdefault(p, MemoryRing(p, ring.RX_FRAMES, ring.TX_FRAMES))
+    )
+    sb = Switch(
+        cfg, open_port=lambda p: b.setdefault(p, MemoryRing(p, ring.RX_FRAMES, ring.TX_FRAMES))
+    )
     return sa, a, sb, b
 
 
@@ -92,13 +96,13 @@ def run_deep(name: str, bursts: list[list[bytes]], ingress: int = 0, before=None
 @pytest.mark.parametrize("tcp", [False, True], ids=["udp", "tcp"])
 def test_deep_bursts_over_ecmp_leave_as_from_the_reference(vector_frames, topo, tcp) -> None:
     rng = random.Random(5)
-    bursts = [flow_frames(rng, 300, 24, tcp) for _ in range(6)]
+    bursts = [flow_frames(rng, 700, 24, tcp) for _ in range(6)]  # vectors up to VEC_MAX
     sw, rings = run_deep("leaf1", bursts, **topo)
     total = sum(len(b) for b in bursts)
     sent = sum(len(io.sent) for io in rings.values())
     if topo.get("link_mbps", 0) in (0, 100_000):
         assert sent == total
-    else:  # 300 frames at once overflow a 10 Gbps port's queue: tail drops, as the reference
+    else:  # 700 frames at once overflow a 10 Gbps port's queue: tail drops, as the reference
         assert 0.5 * total < sent < total
     uplinks = [io for name, io in rings.items() if peer_of(sw, name).startswith("spine")]
     assert sum(1 for io in uplinks if io.sent) >= 3  # sprayed over the spines
@@ -106,6 +110,8 @@ def test_deep_bursts_over_ecmp_leave_as_from_the_reference(vector_frames, topo, 
     # go by vector (with a shaper, only as many per turn as end within EARLY_S).
     share = sum(vector_frames) / total
     assert share > (0.15 if topo else 0.6), share
+    assert sw.vector_frames == sum(vector_frames)  # the counters the bench reports
+    assert sw.vector_bursts == sum(1 for n in vector_frames if n)
 
 
 def test_a_bad_frame_is_left_to_the_per_frame_loop_with_everything_before_it(
@@ -143,15 +149,14 @@ def test_a_full_tx_ring_cuts_the_vector_and_the_rest_queues_as_in_the_reference(
             up = next(p.name for p in sw.ports if peer_of(sw, p.name) == "spine2")
             rings[up].refuse = k >= 1
         io = a[next(p.name for p in sa.ports if peer_of(sa, p.name) == "spine2")]
-        full.append(
-            sum(io.u32[io.tx_word0 + i * ring.WORDS_PER_FRAME] != 0 for i in range(io.tx_nr))
-        )
+        full.append(sum(io.tx_u32[i * ring.WORDS_PER_FRAME] != 0 for i in range(io.tx_nr)))
 
     rng = random.Random(3)
-    bursts = [flow_frames(rng, 300, 16) for _ in range(8)]
+    bursts = [flow_frames(rng, 300, 16) for _ in range(10)]
     run_deep("leaf1", bursts, before=stall_one_uplink, link_mbps=100_000)
     assert sum(vector_frames) > 0
-    assert max(full) == 256  # the stalled uplink's tx ring really filled up (~75 frames a burst)
+    # The stalled uplink's tx ring really filled up (~75 frames a burst).
+    assert max(full) == ring.TX_FRAMES
 
 
 def test_the_vector_path_declines_below_its_minimum_depth(vector_frames) -> None:

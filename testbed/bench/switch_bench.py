@@ -547,6 +547,8 @@ class SwitchDut(Dut):
                 "queue_drops": sum(sum(p["drops"].values()) for p in c["ports"].values()),
                 "trims": sum(p["trims"] for p in c["ports"].values()),
                 "tx_packets": c["ports"][DUT_OUT]["tx_packets"],
+                "vector_frames": c["vector_frames"],
+                "vector_bursts": c["vector_bursts"],
             }
         except Exception as exc:  # noqa: BLE001 - reported, the bench goes on
             info = {"error": str(exc)}
@@ -931,6 +933,15 @@ def run_switch_bench(duration_s: float = 2.0, quick: bool = False) -> dict:
                 # Share of the forwarded packets that were trimmed headers (not full frames).
                 detail[d]["trimmed_share"] = round(
                     statistics.median(r["trims"] / max(1, r["tx_packets"]) for r in rs), 4
+                )
+            if "vector_frames" in rs[0]:
+                # How much the vector path (switch/vector.py) carried, and its mean burst.
+                detail[d]["vector_share"] = round(
+                    statistics.median(r["vector_frames"] / max(1, r["tx_packets"]) for r in rs), 3
+                )
+                detail[d]["vector_mean_burst"] = round(
+                    statistics.median(r["vector_frames"] / max(1, r["vector_bursts"]) for r in rs),
+                    1,
                 )
         results.append(
             {
