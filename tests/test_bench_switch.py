@@ -164,3 +164,6 @@ def test_format_table_names_every_row():
     for dut in DUTS:
         assert dut in text
     assert "1400 B" in text and "64 B" in text and "10 Mbps" in text
+    assert "by vector" not in text
+    result["results"][0]["detail"] = {"switch": {"vector_share": 0.98, "vector_mean_burst": 215.4}}
+    assert "98% by vector, ~215 a burst" in switch_bench.format_table(result)

@@ -1014,6 +1014,8 @@ def format_table(result: dict) -> str:
             cpu = d.get("cpu_us_per_packet")
             cpu_s = f"{cpu:10.2f}" if cpu is not None else f"{'-':>10}"
             note = "generator-bound (lower bound)" if d.get("generator_bound") else ""
+            if d.get("vector_share"):
+                note += f" {d['vector_share']:.0%} by vector, ~{d['vector_mean_burst']:.0f} a burst"
             if d.get("trimmed_share", 0) > 0.01:
                 note += f" {d['trimmed_share']:.0%} trimmed"
             if d.get("dut_wait_share", 0) > 0.05:
