@@ -155,7 +155,14 @@ class Sender:
 
     # -- transmit ------------------------------------------------------------------------------
 
-    def poll_transmit(self, now: float, out: list) -> None:
+    def poll_transmit(self, now: float, out: list, limit: int | None = None) -> int:
+        """Append what may leave now to `out`: probes, then resends, then new data.
+
+        `limit` caps the data packets (resends and new) of this call, and the count is
+        returned: a paced endpoint asks only for what its pacer lets go now, because a
+        packet's send timestamp is taken here, and time it then waited in the pacer would
+        count as RTT (endpoint.daemon, "Pacing").
+        """
         self._judge_losses(now)
         for p in self._probe_queue:
             seq = self.probe_seq
@@ -166,26 +173,33 @@ class Sender:
         self._probe_queue.clear()
         self._pace_blocked = False
         retx = self.retx
+        sent = 0
+        cap = -1 if limit is None else limit
         while retx:
+            if sent == cap:
+                return sent
             p = retx[0]
             if p.state != _LOST:
                 retx.popleft()
                 continue
             if not self._may_send(p.length, now):
-                return
+                return sent
             retx.popleft()
             self._transmit(p, now, out)
+            sent += 1
         window = self.cfg.window_psns
         max_payload = self.cfg.max_payload
         pending = self.pending
         while pending:
+            if sent == cap:
+                return sent
             if psn_diff(self.next_psn, self.snd_una) >= window:
                 self.stats.counters["window_limited"] += 1
-                return
+                return sent
             msg = pending[0]
             length = min(max_payload, msg.size - msg.next_offset)
             if not self._may_send(length, now):
-                return
+                return sent
             p = OutPacket(self.next_psn, msg, msg.next_offset, length)
             self.next_psn = psn_add(self.next_psn, 1)
             msg.next_offset += length
@@ -194,6 +208,8 @@ class Sender:
                 pending.popleft()
             self.unacked[p.psn] = p
             self._transmit(p, now, out)
+            sent += 1
+        return sent
 
     def _may_send(self, size: int, now: float) -> bool:
         cwnd = self.cc.cwnd

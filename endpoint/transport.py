@@ -76,7 +76,8 @@ class Connection:
         elif isinstance(pkt, ProbeAckPacket):
             self.sender.on_probe_ack(pkt, now)
 
-    def poll_transmit(self, now: float, out: list[Transmit]) -> None:
+    def poll_transmit(self, now: float, out: list[Transmit], limit: int | None = None) -> int:
+        """Append this QP's packets to `out`; returns how many were data (at most `limit`)."""
         planes = self.cfg.planes
         base = self.cfg.ev_base
         for ev, payload, tos in self._ctrl:
@@ -84,9 +85,10 @@ class Connection:
             out.append(Transmit(self.peer, (ev - base) % planes, ev, payload, tos, self.local_qp))
         self._ctrl.clear()
         tuples: list = []
-        self.sender.poll_transmit(now, tuples)
+        sent = self.sender.poll_transmit(now, tuples, limit)
         for ev, plane, payload, tos in tuples:
             out.append(Transmit(self.peer, plane, ev, payload, tos, self.local_qp))
+        return sent
 
     def next_timer(self) -> float | None:
         t = self.sender.next_timer()
@@ -123,6 +125,7 @@ class Endpoint:
         self.connections: dict[int, Connection] = {}
         self.drops: Counter = Counter()  # packets no QP could own: malformed, unknown QP
         self.received = 0
+        self._turn = 0  # which QP goes first in a data-limited poll_transmit
 
     def connect(
         self,
@@ -158,10 +161,21 @@ class Endpoint:
             return
         conn.on_packet(data, pkt, tos, now)
 
-    def poll_transmit(self, now: float) -> list[Transmit]:
+    def poll_transmit(self, now: float, data_limit: int | None = None) -> list[Transmit]:
+        """Everything that may leave now; with `data_limit`, at most that many data packets
+        (control packets are not counted), the QPs taking turns at going first."""
         out: list[Transmit] = []
-        for conn in self.connections.values():
-            conn.poll_transmit(now, out)
+        if data_limit is None:
+            for conn in self.connections.values():
+                conn.poll_transmit(now, out)
+            return out
+        conns = list(self.connections.values())
+        if conns:
+            k = self._turn % len(conns)
+            self._turn += 1
+            left = data_limit
+            for conn in conns[k:] + conns[:k]:
+                left -= conn.poll_transmit(now, out, left)
         return out
 
     def next_timer(self) -> float | None:

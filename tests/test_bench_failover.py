@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.bench.failover_bench import sliding_failover_ms
+from testbed.bench.failover_bench import ratios_to_mrc, sliding_failover_ms
 
 PER_MS = 11_250  # bytes per 1 ms sample at 90 Mbps
 
@@ -48,3 +48,21 @@ def test_a_burst_of_held_back_bytes_is_not_a_recovery() -> None:
 def test_never_back_or_nothing_before_reads_none() -> None:
     assert sliding_failover_ms(stream(2.0, [(1.0, 2.0)]), 1.0, 2.0) is None
     assert sliding_failover_ms(stream(2.0, [(0.0, 1.0)]), 1.0, 2.0) is None
+
+
+def test_ratios_count_a_zero_ms_mrc_failover_as_one_step() -> None:
+    def row(stall, fo):
+        return {"max_stall_ms": stall, "sliding_failover_ms": fo}
+
+    summary = {
+        "mrc": row(4.0, 0.0),
+        "spray-no-failover": row(8.0, 790.0),
+        "single-path": row(998.0, None),
+    }
+    r = ratios_to_mrc(summary)
+    assert r["spray_no_failover_vs_mrc_sliding_failover"] == 790.0
+    assert r["spray_no_failover_vs_mrc_max_stall"] == 2.0
+    assert r["single_path_vs_mrc_max_stall"] == 249.5
+    assert r["single_path_vs_mrc_sliding_failover"] is None  # never recovered: no ratio
+    summary["mrc"] = row(4.0, 5.0)
+    assert ratios_to_mrc(summary)["spray_no_failover_vs_mrc_sliding_failover"] == 158.0

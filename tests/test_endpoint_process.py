@@ -343,6 +343,61 @@ def test_pacer_holds_the_rate_and_lets_control_first():
     assert t == pytest.approx((10 * 1500 - (1500 - 86)) * 8 / 100e6, rel=0.01)
 
 
+def test_pacer_counts_the_frames_its_buckets_let_go_now():
+    p = Pacer(100, planes=2, burst_frames=4, now=0.0)
+    assert p.frames_now(0.0) == 8  # two full buckets of 4 frames
+    sent: list = []
+    for _ in range(5):
+        p.push(0, (1, "x", bytes(1458), 42), control=False)
+    p.drain(0.0, lambda *a: sent.append(a))
+    assert len(sent) == 4 and p.frames_now(0.0) == 4  # plane 0 spent, plane 1 full
+    # 120 us later plane 0 has earned one 1500 B frame at 100 Mbps (and 0.14 us more).
+    assert p.frames_now(120.14e-6) == 5
+    assert p.frames_now(1.0) == 8  # never more than the buckets hold
+
+
+def test_a_paced_endpoint_asks_the_transport_only_for_what_can_leave_now():
+    """A window of 64 packets is open, but the pacer lets 4 frames go: the transport hands out
+    4 + pace_queue, and the rest keeps its send timestamps for later (no RTT in the pacer)."""
+    from endpoint.daemon import EndpointProcess
+
+    proc = EndpointProcess.__new__(EndpointProcess)
+    proc.cfg = EndpointConfig.from_obj({"hosts": {"a": ["10.0.0.1"], "b": ["10.0.0.2"]}})
+    proc.pacer = Pacer(100, planes=1, burst_frames=4, now=0.0)
+    proc.ep = Endpoint(TransportConfig(init_cwnd=64 * 1400))
+    proc.ep.connect(1, 2, "b")
+    proc.ep.send(1, bytes(64 * 1400), 0.0)
+    sent: list = []
+
+    class Tx:
+        backlog = False
+
+    proc.tx = Tx()
+    proc._paced_send = lambda plane, ev, dst, payload, tos: sent.append(payload)
+    wake = proc._transmit(0.0)
+    conn = proc.ep.connections[1]
+    assert len(sent) == 4 and proc.pacer.data_queued() == proc.cfg.pace_queue
+    assert len(conn.sender.inflight) == 4 + proc.cfg.pace_queue
+    assert wake is not None and wake > 0.0  # woken when the next queued frame may leave
+    proc._transmit(0.0)  # nothing more while pace_queue packets wait
+    assert len(conn.sender.inflight) == 4 + proc.cfg.pace_queue
+
+
+def test_a_data_limited_poll_lets_the_qps_take_turns():
+    ep = Endpoint(TransportConfig(init_cwnd=64 * 1400))
+    for qp in (1, 2, 3):
+        ep.connect(qp, qp + 10, "b")
+        ep.send(qp, bytes(20 * 1400), 0.0)
+    firsts = []
+    for k in range(6):
+        out = ep.poll_transmit(k * 1e-3, data_limit=1)
+        assert len(out) == 1
+        firsts.append(out[0].qp)
+    assert firsts == [1, 2, 3, 1, 2, 3]
+    assert len(ep.poll_transmit(1.0, data_limit=0)) == 0
+    assert len(ep.poll_transmit(1.0)) == 3 * 20 - 6  # no limit: the whole window
+
+
 # ----- UDP I/O designs --------------------------------------------------------------------------
 
 
