@@ -620,9 +620,15 @@ class Sender:
         if self.mode is Mode.SINGLE_PATH:
             self._rewind("rto", now)
             return
+        # As RFC 8985 (6.3) marks losses on an RTO: the expired packets, and every one that an
+        # ACK should have answered by now (sent over an RTT plus the reorder allowance ago).
+        # Expired one by one, the packets of a paced burst whose ACKs never come (an incast
+        # queue dropped them all) went one per RTO, each RTO doubling the next: one sender of
+        # a 5-to-1 incast without trimming resent nothing for 1.2 s.
+        stale = now - self.rtt.smoothed(self.cfg.rto_initial) - self._reorder_allowance()
         expired = []
         for p in self.inflight.values():
-            if p.sent_at + rto > now:
+            if p.sent_at + rto > now and p.sent_at > stale:
                 break
             expired.append(p)
         for p in expired:

@@ -209,3 +209,32 @@ def test_losses_are_judged_once_per_read_batch_not_per_ack() -> None:
     assert s.stats.counters["ev_retired"] == 1 and s.evs.by_ev[evs[0]].state is EVState.FAILED
     s.on_ack(_ack(0, cum=2, ts=ts[0], ev=evs[0]), now + 0.001)
     assert s.stats.counters["undone_loss"] == 1 and not s.unacked
+
+
+def test_an_rto_declares_every_packet_that_an_ack_should_have_answered() -> None:
+    """A paced burst (one packet per 0.4 ms) whose ACKs never come, after one RTT sample.
+
+    The RTO fires at the oldest packet's deadline, when the others are just short of theirs.
+    As RFC 8985 marks losses on an RTO, every packet sent over an RTT plus the allowance ago
+    is lost too: one RTO, not one per packet with the backoff doubling each time."""
+    from endpoint.sender import Sender
+    from endpoint.stats import ConnectionStats
+
+    cfg = TransportConfig(reorder_min=1e-3, rto_min=15e-3, init_cwnd=64 * 1400)
+    s = Sender(cfg, local_qp=1, remote_qp=2, start_psn=0, stats=ConnectionStats())
+    s.send_message(bytes(20 * 1400), 0.0)
+    sent: list = []
+    for k in range(20):
+        assert s.poll_transmit(k * 4e-4, sent, limit=1) == 1  # one at a time, as paced
+    first = s.unacked[0]
+    s.on_ack(_ack(0, cum=1, ts=first.ts_ns, ev=first.ev), 2e-3)  # srtt 2 ms
+    assert len(s.inflight) == 19
+    deadline = s.inflight[1].sent_at + s._rto()
+    s.on_timer(deadline - 1e-6)
+    assert s.stats.counters["rto_fired"] == 0
+    s.on_timer(deadline)
+    assert s.stats.counters["rto_fired"] == 1
+    assert not s.inflight  # all 19, sent 0.4-7.6 ms, are past 2 ms + the allowance
+    out: list = []
+    s.poll_transmit(deadline, out)
+    assert s.stats.retransmits["rto"] >= 1
