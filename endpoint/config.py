@@ -49,6 +49,7 @@ class TransportConfig:
     rto_max: float = 0.5
     reorder_min: float = 200e-6  # RACK-style reorder allowance floor
     reorder_rtt_frac: float = 0.25  # ... or this fraction of the smoothed RTT, if larger
+    reorder_rttvar_mult: float = 2.0  # ... or this many RTT mean deviations, if larger still
     single_path_rto: float = 0.25  # RC-style timeout (NCCL's 4.3 s, scaled to the emulation)
 
     # EV health (endpoint.ev).
@@ -59,7 +60,9 @@ class TransportConfig:
     ack_miss_limit: int = 2  # own ACKs missing in a row (data covered by later ACKs) -> retire
     probe_interval: float = 1e-3  # first probe this long after a retirement
     probe_interval_max: float = 16e-3  # probes back off (x2) up to this while unanswered
-    loss_sweep: bool = True  # mrc: a loss makes every EV prove itself (endpoint.sender)
+    # mrc: a loss makes every EV prove itself (endpoint.sender). Off: on the fabric it cost a
+    # spine failure its failover and gained a black hole little (docs/transport.md).
+    loss_sweep: bool = False
 
     # Receiver.
     # "paired": a reply (ACK, NACK, PROBE-ACK) to a packet on EV e leaves on EV pair(e), a fixed

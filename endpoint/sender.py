@@ -388,7 +388,13 @@ class Sender:
                 self._retire(p.ev, now)
 
     def _reorder_allowance(self) -> float:
-        return max(self.cfg.reorder_min, self.cfg.reorder_rtt_frac * self.rtt.smoothed(0.0))
+        cfg = self.cfg
+        rtt = self.rtt
+        return max(
+            cfg.reorder_min,
+            cfg.reorder_rtt_frac * rtt.smoothed(0.0),
+            cfg.reorder_rttvar_mult * rtt.rttvar,
+        )
 
     def _rtt_sample(self, ts_echo: int, now: float) -> float | None:
         rtt = now - ts_echo / 1e9
