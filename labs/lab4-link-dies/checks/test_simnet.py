@@ -39,8 +39,8 @@ def run_outage(seed: int, t_heal: float, n_bad: int = 8):
             if tx.tos != TOS_CONTROL:
                 first_data.setdefault(tx.ev, net.now)
             elif isinstance(codec.decode(tx.payload), codec.ProbePacket):
-                # Probes of a retired EV only: the sender's loss sweep also probes live EVs
-                # once, before any policy function is involved.
+                # Probes of a retired EV only: the sender's loss sweep (if on) also probes
+                # live EVs once, before any policy function is involved.
                 if h.ca.sender.evs.by_ev[tx.ev].state is EVState.FAILED:
                     probes[tx.ev].append(net.now)
         inject(src, tx)
@@ -76,7 +76,7 @@ def test_sim_dead_evs_are_retired_within_two_rtts(short_outage):
     first = min(retired.values())
     for ev in sorted(bad):
         # An EV that lost a packet is retired on that loss; one that lost none was found by
-        # the loss sweep (endpoint/sender.py) that the first retirement started.
+        # the loss sweep (endpoint/sender.py, if on) that the first retirement started.
         since = first_data.get(ev, first)
         took = retired[ev] - since
         assert took <= 2 * srtt + 1e-4, f"EV {ev} retired {took * 1e3:.2f} ms after its first loss"
