@@ -238,3 +238,22 @@ def test_an_rto_declares_every_packet_that_an_ack_should_have_answered() -> None
     out: list = []
     s.poll_transmit(deadline, out)
     assert s.stats.retransmits["rto"] >= 1
+
+
+def test_the_reorder_allowance_grows_with_the_spread_of_the_rtt() -> None:
+    """Sprayed paths reorder by the spread of their delays: with RTT samples alternating
+    between a short and a long path, two mean deviations outweigh 0.25 srtt and the floor."""
+    from endpoint.sender import Sender
+    from endpoint.stats import ConnectionStats
+
+    cfg = TransportConfig(reorder_min=1e-3)
+    s = Sender(cfg, local_qp=1, remote_qp=2, start_psn=0, stats=ConnectionStats())
+    for _ in range(50):
+        s.rtt.sample(4e-3)
+    assert s._reorder_allowance() == 1e-3  # one path: the floor (0.25 x 4 ms, no deviation)
+    for _ in range(50):
+        s.rtt.sample(2e-3)
+        s.rtt.sample(14e-3)
+    spread = s._reorder_allowance()
+    assert spread == 2 * s.rtt.rttvar
+    assert 8e-3 < spread < 14e-3 and spread > 0.25 * s.rtt.srtt
