@@ -474,8 +474,10 @@ class Sender:
         worked since ``since`` (an ACK or a PROBE-ACK answering something sent since); every
         other live EV gets one probe, and those still unanswered when it ends are retired --
         having lost no data. Healthy EVs it wrongly retires come back with their next probe.
-        On the emulated fabric the first loss is seen late (RTTs of several ms), when every
-        EV has carried a packet already, so there it saves little (docs/transport.md).
+        Off by default (``loss_sweep``): on the emulated fabric, losses from congestion and
+        reordering on healthy paths kept opening sweeps when a spine died and its two peers
+        ran full, and the narrowed spraying cost that failure its failover; a black hole
+        gained little from it (docs/transport.md, "Loss sweep").
         """
         self.stats.counters["loss_sweeps"] += 1
         self._sweep_since = since
