@@ -20,7 +20,7 @@ from switch.control import ControlServer
 from switch.dataplane import Switch
 from switch.netns import Netns
 from switch.queueing import TRIM_DECISION_ENV
-from switch.ring import RX_FRAMES, RingSocket
+from switch.ring import RX_FRAMES, TX_FRAMES, RingSocket, ring_frames_for
 
 
 def _die_with_parent() -> None:
@@ -33,10 +33,15 @@ def _die_with_parent() -> None:
         pass
 
 
-def _open_switch(config: SwitchConfig, netns: Netns | None, ring_frames: int) -> Switch:
+def _open_switch(config: SwitchConfig, netns: Netns | None, ring_frames: int | None) -> Switch:
+    if ring_frames is None:
+        rx, tx = ring_frames_for(len(config.ports))
+    else:
+        rx, tx = ring_frames, TX_FRAMES
+
     def open_port(name: str) -> RingSocket:
         with netns.entered() if netns is not None else nullcontext():
-            ring = RingSocket(name, ring_frames)
+            ring = RingSocket(name, rx, tx)
         ring.netns = netns
         return ring
 
@@ -63,7 +68,12 @@ def main(argv: list[str] | None = None) -> int:
         help="network namespace of each --config's ports (e.g. /proc/PID/ns/net); "
         "default: the current one",
     )
-    ap.add_argument("--ring-frames", type=int, default=RX_FRAMES, help="rx ring slots per port")
+    ap.add_argument(
+        "--ring-frames",
+        type=int,
+        default=None,
+        help=f"rx ring slots per port (default {RX_FRAMES}, fewer for a switch of many ports)",
+    )
     ap.add_argument(
         "--die-with-parent", action="store_true", help="exit when the starting process dies"
     )

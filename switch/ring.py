@@ -46,6 +46,20 @@ STUCK_SLOT_S = 0.002
 # at once, and its cost per frame halves from 256 to 512 (docs/performance.md).
 RX_FRAMES = 1024
 TX_FRAMES = 512
+# ... within this much ring memory per switch: a busy port's ring pages are all resident
+# (its slots are used in turn), and a switch's RSS budget is 60 MB (DESIGN.md).
+RING_BUDGET_BYTES = 24 << 20
+
+
+def ring_frames_for(ports: int) -> tuple[int, int]:
+    """Rx and tx slots per port for a switch of `ports` ports: the defaults, halved until
+    the switch's rings fit RING_BUDGET_BYTES (3 MB a port at the defaults)."""
+    rx, tx = RX_FRAMES, TX_FRAMES
+    while ports * (rx + tx) * FRAME_SIZE > RING_BUDGET_BYTES and tx > 64:
+        rx //= 2
+        tx //= 2
+    return rx, tx
+
 
 _HDR = struct.Struct("IIIHH")  # tp_status, tp_len, tp_snaplen, tp_mac, tp_net
 _STATUS = struct.Struct("I")
