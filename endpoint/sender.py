@@ -339,7 +339,8 @@ class Sender:
         ev_path = self.evs.by_ev.get(a.ev_echo)
         if ev_path is not None:
             ev_path.ack_misses = 0
-            if rtt is not None and now - rtt > ev_path.proven_at:
+            # Only the loss sweep reads proven_at: with it off, no work per ACK.
+            if self._sweep_on and rtt is not None and now - rtt > ev_path.proven_at:
                 ev_path.proven_at = now - rtt  # the packet this ACK answers left then
             recent = self.evs.recent
             if not recent or recent[-1] is not ev_path:
@@ -558,7 +559,7 @@ class Sender:
     def on_probe_ack(self, pa: ProbeAckPacket, now: float) -> None:
         path = self.evs.by_ev.get(pa.ev_echo)
         sent = pa.ts_echo / 1e9
-        if path is not None and sent <= now and sent > path.proven_at:
+        if self._sweep_on and path is not None and sent <= now and sent > path.proven_at:
             path.proven_at = sent
         if self.evs.readmit(pa.ev_echo, pa.probe_seq, now):
             self.stats.counters["ev_readmitted"] += 1
