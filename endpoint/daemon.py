@@ -521,7 +521,7 @@ class EndpointProcess:
         self.tx_datagrams += 1
         key = (dst, ev)
         # Bytes per (destination, EV) per bin: which path carried the traffic (the runner maps
-        # an EV to its spine with the switches' own hash, testbed.paths.predict_path).
+        # an EV to its spine with the switches' own hash, testbed.fabric.paths.predict_path).
         self._ev_tx[key] = self._ev_tx.get(key, 0) + len(payload)
 
     # ----- metrics --------------------------------------------------------------------------

@@ -22,7 +22,7 @@ step "iperf3 TCP h1 -> h3 through three software switches"
 "${TB[@]}" exec --name "$NAME" h1 -- iperf3 -c 10.1.2.1 -p 5201 -t 3 | tee "$OUT/iperf3.txt" | tail -4
 step "incast of trimmable UDP into h6: trimmed headers instead of drops"
 for h in h1 h3 h5; do
-  "${TB[@]}" exec --name "$NAME" "$h" -- "$PY" -m testbed.udp_probe send --dst 10.1.3.2 --dport 9100 --count 300 --dscp 10 >/dev/null &
+  "${TB[@]}" exec --name "$NAME" "$h" -- "$PY" -m testbed.harness.udp_probe send --dst 10.1.3.2 --dport 9100 --count 300 --dscp 10 >/dev/null &
 done
 wait
 "${TB[@]}" counters --name "$NAME" | tee "$OUT/counters.txt"

@@ -14,8 +14,8 @@ import pytest
 
 from testbed.bench.endpoint_bench import BLAST_PAYLOAD
 from testbed.bench.fabric_bench import WORKLOADS
-from testbed.cleanup import leftovers
-from testbed.switch_layout import LAYOUTS
+from testbed.fabric.cleanup import leftovers
+from testbed.fabric.switch_layout import LAYOUTS
 from tests.conftest import tb
 
 pytestmark = pytest.mark.netns

@@ -1,4 +1,4 @@
-"""The failover bench's sliding-window failover: testbed.metrics' definition in 1 ms steps."""
+"""The failover bench's sliding-window failover: testbed.analysis.metrics' definition in 1 ms steps."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from testbed.bench.failover_bench import BLACKHOLE_AT_S, HEAL_AT_S, TRANSPORTS
-from testbed.cleanup import leftovers
+from testbed.fabric.cleanup import leftovers
 from tests.conftest import tb
 
 pytestmark = pytest.mark.netns

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from testbed.cli import CliError, build_parser, ctl_request, main, params_from_args
+from testbed.cli.commands import CliError, build_parser, ctl_request, main, params_from_args
 from tests.conftest import ROOT
 from topologies import TopologyError
 

@@ -1,6 +1,6 @@
 """The endpoint process on the emulated fabric: goodput, silent black-hole failover, incast.
 
-Every figure is computed with the scenario engine's own definitions (testbed.metrics) from the
+Every figure is computed with the scenario engine's own definitions (testbed.analysis.metrics) from the
 endpoints' JSON-lines metrics; each test prints its figures (run pytest with -s to see them)
 and they are collected in docs/transport.md ("Endpoint process").
 
@@ -25,7 +25,7 @@ from testbed.bench.endpoint_bench import (
     run_job,
     transfer_metrics,
 )
-from testbed.paths import source_ports_via
+from testbed.fabric.paths import source_ports_via
 from tests.conftest import tb, unique_name
 from topologies import leaf_spine
 

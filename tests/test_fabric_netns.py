@@ -155,14 +155,14 @@ def test_bad_topology_creates_nothing():
     )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "spines" in proc.stderr
-    from testbed.cleanup import leftovers
+    from testbed.fabric.cleanup import leftovers
 
     assert leftovers(name) == []
 
 
 @pytest.mark.skipif(shutil.which("iperf3") is None, reason="needs iperf3")
 def test_down_leaves_nothing_behind():
-    from testbed.cleanup import leftovers
+    from testbed.fabric.cleanup import leftovers
 
     name = unique_name("d")
     tb("up", "--name", name, "--spines", "1", "--leaves", "2", "--hosts-per-leaf", "1")
@@ -170,7 +170,7 @@ def test_down_leaves_nothing_behind():
     pids = [p["pid"] for p in st["processes"]]
     tb("down", "--name", name)
     assert leftovers(name) == []
-    from testbed.cleanup import _exists
+    from testbed.fabric.cleanup import _exists
 
     alive = [p for p in pids if _exists(p)]
     assert alive == [], f"processes left: {alive}"

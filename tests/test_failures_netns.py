@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.paths import source_ports_via
+from testbed.fabric.paths import source_ports_via
 from tests.conftest import tb, unique_name
 from topologies import leaf_spine
 
@@ -53,7 +53,7 @@ def node_cmd(name: str, node: str, *argv: str) -> list[str]:
 
 
 def probe(name: str, node: str, *argv: str) -> list[str]:
-    return node_cmd(name, node, sys.executable, "-m", "testbed.udp_probe", *argv)
+    return node_cmd(name, node, sys.executable, "-m", "testbed.harness.udp_probe", *argv)
 
 
 class Receiver:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.failures import FailureError, HostRateStep, SwitchStep, plan
+from testbed.fabric.failures import FailureError, HostRateStep, SwitchStep, plan
 from topologies import leaf_spine
 
 FAB = leaf_spine(spines=2, leaves=2, hosts_per_leaf=2, planes=1, link_mbps=40)

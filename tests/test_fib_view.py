@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from switch.config import switch_config
-from testbed.fib_view import fib_rows, format_fib, format_path, walk
-from testbed.paths import predict_path
+from testbed.fabric.fib_view import fib_rows, format_fib, format_path, walk
+from testbed.fabric.paths import predict_path
 from topologies import leaf_spine
 
 FAB = leaf_spine(spines=3, leaves=3, hosts_per_leaf=2)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from testbed.kernel_baseline import MPTCP_EXTRA_PORTS, KernelBaseline
-from testbed.metrics import measure
-from testbed.scenario import validate
+from testbed.harness.kernel_baseline import MPTCP_EXTRA_PORTS, KernelBaseline
+from testbed.analysis.metrics import measure
+from testbed.scenario.model import validate
 from tests.conftest import tb, unique_name
 
 pytestmark = pytest.mark.netns

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from switch.config import switch_config
-from testbed.cleanup import leftovers, tagged_pids
-from testbed.paths import predict_path
-from testbed.state import DEFAULT_NAME, RUN_ROOT
+from testbed.fabric.cleanup import leftovers, tagged_pids
+from testbed.fabric.paths import predict_path
+from testbed.fabric.state import DEFAULT_NAME, RUN_ROOT
 from topologies import leaf_spine
 
 ROOT = Path(__file__).resolve().parent.parent

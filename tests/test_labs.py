@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from testbed.labs import (
+from testbed.labs.grading import (
     EXIT_FAILED,
     EXIT_INCOMPLETE,
     EXIT_PASSED,
@@ -131,7 +131,7 @@ def test_untouched_skeleton_fails_its_unit_checks_with_a_hint(lab) -> None:
 def test_not_root_runs_the_unit_part_and_says_the_rest_was_skipped(monkeypatch) -> None:
     import os
 
-    from testbed.labs import check_lab, format_report
+    from testbed.labs.grading import check_lab, format_report
 
     lab = next(lab for lab in WITH_CODE if lab.scenarios)
     monkeypatch.setattr(os, "geteuid", lambda: 1000)

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from testbed.cleanup import _exists, leftovers
-from testbed.state import RUN_ROOT
+from testbed.fabric.cleanup import _exists, leftovers
+from testbed.fabric.state import RUN_ROOT
 from tests.conftest import ROOT, interruptible, tb, unique_name
 
 pytestmark = pytest.mark.netns

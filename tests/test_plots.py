@@ -8,9 +8,9 @@ import matplotlib.image as mpimg
 import numpy as np
 import pytest
 
-from testbed import plots
-from testbed.metrics import AppliedEvent, Message, TransportRun, measure
-from testbed.scenario import validate
+from testbed.analysis import plots
+from testbed.analysis.metrics import AppliedEvent, Message, TransportRun, measure
+from testbed.scenario.model import validate
 
 EVENTS = [(1.5, "link-down spine1-leaf2"), (3.0, "link-up spine1-leaf2")]
 TIMES = [i * 0.01 for i in range(500)]

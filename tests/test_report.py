@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from testbed.metrics import AppliedEvent, Emulation, Message, TransportRun, build_summary, measure
-from testbed.report import (
+from testbed.analysis.metrics import AppliedEvent, Emulation, Message, TransportRun, build_summary, measure
+from testbed.analysis.report import (
     KERNEL_DROPS_BANNER,
     comparison_rows,
     format_comparison_plain,
@@ -17,7 +17,7 @@ from testbed.report import (
     write_summary,
     write_timeseries_csv,
 )
-from testbed.scenario import validate
+from testbed.scenario.model import validate
 
 SCENARIO = {
     "name": "allreduce-under-failure",

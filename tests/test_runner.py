@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from testbed.runner import endpoint_run, endpoint_workload, transports_arg
-from testbed.scenario import flows, validate
-from testbed.state import RUN_ROOT
+from testbed.experiment.runner import endpoint_run, endpoint_workload, transports_arg
+from testbed.scenario.model import flows, validate
+from testbed.fabric.state import RUN_ROOT
 from tests.conftest import ROOT
 
 BASE = {
@@ -116,7 +116,7 @@ def test_bad_scenario_fails_fast_creating_nothing(tmp_path, edit, message):
 
 
 def test_a_kernel_baseline_without_its_tool_fails_before_anything_is_built(monkeypatch):
-    from testbed import runner
+    from testbed.experiment import runner
 
     monkeypatch.setattr(runner.shutil, "which", lambda tool: None if tool == "mptcpize" else "/x")
     runner.check_runnable(["mrc", "tcp"])  # iperf3 is there: fine

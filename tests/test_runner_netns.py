@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from testbed.cleanup import leftovers
-from testbed.scenarios_catalog import list_scenarios
-from testbed.state import RUN_ROOT
+from testbed.fabric.cleanup import leftovers
+from testbed.scenario.catalog import list_scenarios
+from testbed.fabric.state import RUN_ROOT
 from tests.conftest import ROOT, interruptible, tb
 
 pytestmark = pytest.mark.netns

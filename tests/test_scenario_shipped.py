@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.scenario import (
+from testbed.scenario.model import (
     EMULATION_BUDGET_MBPS,
     QUICK_FACTOR,
     capacity_mbps,
@@ -13,7 +13,7 @@ from testbed.scenario import (
     load_scenario,
     quick,
 )
-from testbed.scenarios_catalog import (
+from testbed.scenario.catalog import (
     SCENARIO_DIR,
     find_scenario,
     format_catalog,

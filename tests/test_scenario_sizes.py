@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from testbed.sizes import SizeError, format_size, parse_size
+from contracts.sizes import SizeError, format_size, parse_size
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.scenario import (
+from testbed.scenario.model import (
     FAILURE_ACTIONS,
     RECOVERY_ACTIONS,
     Scenario,

@@ -5,7 +5,7 @@ socket, counters and failure state.
 The shared fabric runs with --seed 2: ICMP's flow hash covers only the addresses, and with the
 default seed every leaf1 -> leaf2 ping of a 2x2 fabric hashes onto spine1, so a ping could not
 survive `link-down spine1 leaf2`; with seed 2 pings cross spine2 (asserted below from the
-switches' own hash, testbed.paths).
+switches' own hash, testbed.fabric.paths).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import sys
 
 import pytest
 
-from testbed.cleanup import _exists, leftovers
-from testbed.paths import predict_path, source_ports_via
-from testbed.state import RUN_ROOT
-from testbed.switch_layout import ENV
+from testbed.fabric.cleanup import _exists, leftovers
+from testbed.fabric.paths import predict_path, source_ports_via
+from testbed.fabric.state import RUN_ROOT
+from testbed.fabric.switch_layout import ENV
 from tests.conftest import tb, unique_name
 from tests.test_lifecycle_netns import state, wait_for
 from topologies import leaf_spine
@@ -70,7 +70,7 @@ def netns_of(pid: int) -> str:
 
 def send(name: str, src: str, dst: str, sport: int, dport: int) -> None:
     out = sh(
-        name, src, sys.executable, "-m", "testbed.udp_probe", "send", "--dst", FAB.host_ip(dst),
+        name, src, sys.executable, "-m", "testbed.harness.udp_probe", "send", "--dst", FAB.host_ip(dst),
         "--dport", str(dport), "--sports", str(sport), "--count", str(N), "--size", "200",
         "--interval-us", "200",
     ).stdout  # fmt: skip

@@ -1,4 +1,4 @@
-"""How switch nodes map to switch processes (testbed.switch_layout), and the command lines that
+"""How switch nodes map to switch processes (testbed.fabric.switch_layout), and the command lines that
 choose it: pure, no root, nothing is built."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from testbed import cli
-from testbed.state import RUN_ROOT
-from testbed.switch_layout import ENV, LAYOUTS, PER_NODE, SHARED, switch_layout
+from testbed.cli import commands as cli
+from testbed.fabric.state import RUN_ROOT
+from testbed.fabric.switch_layout import ENV, LAYOUTS, PER_NODE, SHARED, switch_layout
 from tests.conftest import ROOT, unique_name
 
 

@@ -22,7 +22,7 @@ LAB = Path(__file__).resolve().parent
 sys.path.insert(0, str(LAB.parent.parent))
 
 from switch.config import switch_config  # noqa: E402
-from testbed.paths import predict_path  # noqa: E402
+from testbed.fabric.paths import predict_path  # noqa: E402
 from topologies import leaf_spine  # noqa: E402
 
 FAB = leaf_spine(spines=3, leaves=3, hosts_per_leaf=2)  # the README's fabric

@@ -186,7 +186,7 @@ class FabricEndpoints(EndpointProcs):
         workdir: str | None = None,
         **config_extra,
     ) -> None:
-        from testbed import client
+        from testbed.fabric import client
 
         st = client.state(name)
         hosts = hosts or fab.hosts()
@@ -229,11 +229,11 @@ def transfer_metrics(
     failure_ends: tuple[float, ...] | None = None,
 ) -> dict:
     """Goodput, stall and failover of one job, from the endpoints' metrics files, with the
-    scenario engine's own definitions (testbed.metrics); times relative to ``t0``.
+    scenario engine's own definitions (testbed.analysis.metrics); times relative to ``t0``.
     `failure_ends`: when each failure was healed (default: never). `deliveries` are the
     (time, bytes) samples at the endpoints' 1 ms resolution."""
     from endpoint.metrics import placed_samples
-    from testbed import metrics as tm
+    from testbed.analysis import metrics as tm
 
     deliveries: list[tuple[float, int]] = []
     messages: list = []
@@ -292,7 +292,7 @@ def transfer_metrics(
 
 
 def switch_counters(name: str) -> dict:
-    from testbed import client
+    from testbed.fabric import client
 
     return client.call(name, {"op": "counters", "node": None})["counters"]
 
@@ -308,8 +308,8 @@ def fabric_trims(name: str) -> int:
 def ctl(name: str, action: str, *args: str, direction: str | None = None) -> None:
     """A failure control applied through the supervisor, in this process (no CLI start-up, so
     the time around the call bounds when the switches applied it to a few ms)."""
-    from testbed import client
-    from testbed.cli import ctl_request
+    from testbed.fabric import client
+    from testbed.cli.commands import ctl_request
 
     client.call(name, ctl_request(action, list(args), direction))
 
@@ -488,7 +488,7 @@ def _fabric_udp_baseline(
     name: str, fab, seconds: float, src: str = "h1", dst: str = "h2", port: int = BASE_PORT + 2
 ) -> float:
     """Payload Mbps a bare UDP blaster gets from `src` to `dst` through the fabric."""
-    from testbed import client
+    from testbed.fabric import client
 
     st = client.state(name)
     me = [sys.executable, "-m", "testbed.bench.endpoint_bench"]

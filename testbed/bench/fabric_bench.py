@@ -3,7 +3,7 @@
 Why: the switch bench measures one switch alone on its own core; a fabric runs several switches
 and the endpoints on the same 2 cores, where the cost that matters is per packet-hop,
 including the process wakeups between hops. This bench measures the same fabric under both
-layouts of testbed.switch_layout -- `per-node` (one process per switch node) and `shared`
+layouts of testbed.fabric.switch_layout -- `per-node` (one process per switch node) and `shared`
 (one process for all) -- in one run, interleaved, so that the machine's mood of the moment
 falls on both alike.
 
@@ -45,7 +45,7 @@ from testbed.bench.endpoint_bench import (
     switch_counters,
     transfer_metrics,
 )
-from testbed.switch_layout import LAYOUTS, PER_NODE, SHARED
+from testbed.fabric.switch_layout import LAYOUTS, PER_NODE, SHARED
 
 LINK_MBPS = 100
 SRC, DST = "h1", "h3"
@@ -54,7 +54,7 @@ TCP_PAYLOAD_SHARE = 1448 / 1514  # TCP payload per full frame (timestamps on), a
 
 
 def _pids(name: str) -> dict:
-    from testbed import client
+    from testbed.fabric import client
 
     st = client.state(name)
     return {

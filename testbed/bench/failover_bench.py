@@ -51,14 +51,14 @@ def sliding_failover_ms(
     step_s: float = STEP_S,
 ) -> float | None:
     """Milliseconds from `t_fail` to the first start, in `step_s` steps, of a SUSTAIN_S window
-    whose goodput reaches RECOVERY_FRACTION of the healthy level: testbed.metrics.failover's
+    whose goodput reaches RECOVERY_FRACTION of the healthy level: testbed.analysis.metrics.failover's
     definition (healthy = median 10 ms bin of the PRE_WINDOW_S before the failure; inside the
     window every 10 ms piece capped at that level, so one burst of held-back bytes is not a
     recovery) with the window sliding instead of sitting on the clock's 10 ms bins. None if
     no window before `end_s` recovers or there is no healthy level to recover to."""
     import bisect
 
-    from testbed import metrics as tm
+    from testbed.analysis import metrics as tm
 
     times = [t for t, _ in deliveries]
     cum = [0]
@@ -98,7 +98,7 @@ def _median(values: list) -> float | None:
 
 def one_run(name: str, fab, eps, job: int, mode: str, nbytes: int) -> dict:
     """One bulk transfer of `mode` with the black hole in the middle of it."""
-    from testbed.paths import source_ports_via
+    from testbed.fabric.paths import source_ports_via
 
     req: dict = {
         "workload": {"kind": "bulk", "src": "h1", "dst": "h3", "bytes": nbytes},

@@ -26,7 +26,7 @@ from switch.queueing import (
 from switch.queueing import (
     decide as reference,
 )
-from testbed.labs import load_student
+from testbed.labs.grading import load_student
 
 TRIMMABLE, TRIMMED_DSCP, CONTROL = 10, 11, 46
 LIMIT = 10_000

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from testbed.labs import load_student
-from testbed.paths import predict_path
-from testbed.scenario import load_scenario
+from testbed.labs.grading import load_student
+from testbed.fabric.paths import predict_path
+from testbed.scenario.model import load_scenario
 
 LAB = Path(__file__).resolve().parent.parent
 RESULTS = LAB / "results"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from endpoint.ev import use_policy
-from testbed.labs import load_student
+from testbed.labs.grading import load_student
 
 
 @pytest.fixture

@@ -23,8 +23,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
-from testbed.metrics import AppliedEvent, TransportMetrics, percentiles  # noqa: E402
-from testbed.scenario import FAILURE_ACTIONS  # noqa: E402
+from testbed.analysis.metrics import AppliedEvent, TransportMetrics, percentiles  # noqa: E402
+from testbed.scenario.model import FAILURE_ACTIONS  # noqa: E402
 
 # No red or green here: those are the event markers' colours.
 TRANSPORT_COLOURS = {
@@ -392,5 +392,5 @@ def plot_run(
 
 
 def event_marks(events: Sequence[AppliedEvent]) -> list[EventMark]:
-    """(time, label) for plots from `testbed.metrics.AppliedEvent`s (applied time when known)."""
+    """(time, label) for plots from `testbed.analysis.metrics.AppliedEvent`s (applied time when known)."""
     return [(a.time, a.event.describe()) for a in events]

@@ -3,7 +3,7 @@
 `send` emits numbered datagrams from chosen source ports (the EV picks the ECMP path) with a
 chosen DSCP/ECN; `recv` counts arrivals per source port and reports the DSCP and length of each
 kind it saw (trimmed headers arrive as DSCP 11 and short), as one JSON object at the end.
-Run inside a host with `testbed exec h1 -- python -m testbed.udp_probe send ...`.
+Run inside a host with `testbed exec h1 -- python -m testbed.harness.udp_probe send ...`.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def recv(args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m testbed.udp_probe", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m testbed.harness.udp_probe", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     sp = sub.add_parser("send")
     sp.add_argument("--dst", required=True)

@@ -12,7 +12,7 @@ import cmd
 import shlex
 import subprocess
 
-from testbed import client
+from testbed.fabric import client
 
 
 class FabricCli(cmd.Cmd):
@@ -87,7 +87,7 @@ class FabricCli(cmd.Cmd):
         self._testbed(["inspect"])
 
     def _testbed(self, argv: list[str]) -> None:
-        from testbed.cli import main
+        from testbed.cli.commands import main
 
         main([argv[0], "--name", self.name, *argv[1:]])
 

@@ -1,6 +1,6 @@
 """The kernel baselines of the scenario runner: Linux TCP and Linux MPTCP, driven by iperf3.
 
-`KernelBaseline` runs a scenario's traffic matrix (`testbed.scenario.flows`) in the host
+`KernelBaseline` runs a scenario's traffic matrix (`testbed.scenario.model.flows`) in the host
 namespaces of a running fabric with one iperf3 test per flow, each on a port of its own
 (``5201 + k``; an all-reduce hop alternates between ``5201 + 2k`` and ``5202 + 2k`` from step to
 step so that a step never meets the server of the previous step still tidying up), so ECMP
@@ -19,7 +19,7 @@ the deadline (SIGTERM: intervals so far included). The price is a little waste: 
 sending until it hears TEST_END, and that tail is discarded. Bytes beyond the flow's size (reads
 come in 128 KiB blocks) are not counted.
 
-Deliveries: iperf3's finest useful interval is 0.1 s, and `testbed.metrics` wants 1 ms samples,
+Deliveries: iperf3's finest useful interval is 0.1 s, and `testbed.analysis.metrics` wants 1 ms samples,
 so each interval's bytes are spread uniformly over it in 1 ms samples (`spread`); a message is
 done when that series reaches the flow's size. So stall and failover times of the kernel
 baselines are only as sharp as 0.1 s intervals allow: an interval in which delivery stopped
@@ -101,9 +101,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from testbed import client
-from testbed.metrics import Message, TransportRun
-from testbed.scenario import AllreduceWorkload, Flow, Scenario, flows, workload_hosts
+from testbed.fabric import client
+from testbed.analysis.metrics import Message, TransportRun
+from testbed.scenario.model import AllreduceWorkload, Flow, Scenario, flows, workload_hosts
 
 PORT_BASE = 5201
 SIGNAL_PORT_BASE = 7001

@@ -36,7 +36,7 @@ from pydantic import (
     field_validator,
 )
 
-from testbed.sizes import SizeError, parse_size
+from contracts.sizes import SizeError, parse_size
 from topologies import Fabric, TopologyError, TopologyParams, leaf_spine
 
 TRANSPORTS: tuple[str, ...] = ("mrc", "single-path", "spray-no-failover", "tcp", "mptcp")
@@ -169,7 +169,7 @@ class _EventBase(_Model):
         return self.action  # type: ignore[attr-defined]
 
     def plan_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of `testbed.failures.plan(fabric, **kwargs)` for this event."""
+        """Keyword arguments of `testbed.fabric.failures.plan(fabric, **kwargs)` for this event."""
         kwargs = self.model_dump(exclude={"at"}, exclude_none=True)
         for key in ("link", "direction"):
             if key in kwargs:

@@ -7,7 +7,7 @@ torn down after), so no transport inherits another's queues, counters or half-he
 1. the scenario is validated whole before anything is created (`load_scenario`);
 2. `bring_up` builds the fabric; the endpoint processes (``mrc``, ``single-path``,
    ``spray-no-failover``) or the kernel baselines (``tcp``, ``mptcp``:
-   `testbed.kernel_baseline`) are started in the workload's hosts;
+   `testbed.harness.kernel_baseline`) are started in the workload's hosts;
 3. the workload starts everywhere at once (t0); a timeline thread applies each event at
    ``t0 + at`` through the supervisor and records when the last switch acknowledged it
    (``applied_at``, CLOCK_MONOTONIC, shared by every namespace); a monitor thread samples the
@@ -15,8 +15,8 @@ torn down after), so no transport inherits another's queues, counters or half-he
 4. the run ends when the workload is done or ``duration_s`` has passed; counters and the
    endpoints' JSON-lines metrics are collected, and everything is torn down -- on success,
    on an exception and on Ctrl-C alike (``finally``), so `testbed clean` finds nothing;
-5. `testbed.metrics` turns what was collected into summary.json, `testbed.report` and
-   `testbed.plots` into report.md, CSVs and PNGs.
+5. `testbed.analysis.metrics` turns what was collected into summary.json, `testbed.analysis.report` and
+   `testbed.analysis.plots` into report.md, CSVs and PNGs.
 
 The exit code is 0 iff every transport that ran met every expectation (`compare` reports the
 baselines without judging them: only the scenario's own ``transport`` list is held to them).
@@ -41,9 +41,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from endpoint.control import ControlError
-from testbed import client
-from testbed.kernel_baseline import BaselineError, KernelBaseline
-from testbed.metrics import (
+from testbed.fabric import client
+from testbed.harness.kernel_baseline import BaselineError, KernelBaseline
+from testbed.analysis.metrics import (
     AppliedEvent,
     Emulation,
     Message,
@@ -53,8 +53,8 @@ from testbed.metrics import (
     emulation_warning,
     measure,
 )
-from testbed.runner_errors import RunError
-from testbed.scenario import (
+from testbed.experiment.errors import RunError
+from testbed.scenario.model import (
     AllreduceWorkload,
     Event,
     Scenario,
@@ -384,7 +384,7 @@ def endpoint_run(
 def _path_namer(sc: Scenario, seed: int) -> Callable[[str, str, int], str]:
     """(sending host, destination address, EV) -> "via spine1" (or the leaf, within one leaf),
     with the switches' own hash: the path each EV's packets took on the healthy fabric."""
-    from testbed.paths import predict_path
+    from testbed.fabric.paths import predict_path
 
     fab = sc.fabric()
     by_addr = {
@@ -423,7 +423,7 @@ def fabric_name() -> str:
 
 def run_transport(sc: Scenario, transport: str, workdir: Path, progress: Progress) -> RunResult:
     """Build a fabric, run the workload under the timeline, collect, tear down (always)."""
-    from testbed.cli import bring_up, tear_down
+    from testbed.cli.commands import bring_up, tear_down
 
     name = fabric_name()
     hosts = workload_hosts(sc)
@@ -526,7 +526,7 @@ def run_transport(sc: Scenario, transport: str, workdir: Path, progress: Progres
                 baseline.stop()
         with contextlib.suppress(Exception):
             tear_down(name)
-        from testbed.cleanup import clean_fabric
+        from testbed.fabric.cleanup import clean_fabric
 
         clean_fabric(name)
 
@@ -596,8 +596,8 @@ def run_scenario(
         }
         if r.note:
             entry["note"] = r.note
-    from testbed.plots import event_marks, plot_run
-    from testbed.report import write_report, write_summary, write_timeseries_csv
+    from testbed.analysis.plots import event_marks, plot_run
+    from testbed.analysis.report import write_report, write_summary, write_timeseries_csv
 
     write_summary(out_dir, summary)
     write_timeseries_csv(out_dir, metrics)
@@ -631,7 +631,7 @@ def check_runnable(transports: Sequence[str]) -> None:
 
 def transports_arg(text: str) -> list[str]:
     """`--transports a,b,c`, validated: one line naming a bad one."""
-    from testbed.scenario import TRANSPORTS
+    from testbed.scenario.model import TRANSPORTS
 
     names = [t.strip() for t in text.split(",") if t.strip()]
     for t in names:

@@ -11,11 +11,11 @@ import subprocess
 import sys
 import time
 
-from testbed import client
-from testbed.runner_errors import RunError
-from testbed.state import DEFAULT_NAME, RUN_ROOT, FabricState, StateError, check_name, run_dir
-from testbed.switch_layout import ENV as SWITCH_LAYOUT_ENV
-from testbed.switch_layout import LAYOUTS, switch_layout
+from testbed.fabric import client
+from testbed.experiment.errors import RunError
+from testbed.fabric.state import DEFAULT_NAME, RUN_ROOT, FabricState, StateError, check_name, run_dir
+from testbed.fabric.switch_layout import ENV as SWITCH_LAYOUT_ENV
+from testbed.fabric.switch_layout import LAYOUTS, switch_layout
 from topologies import TopologyError, TopologyParams, leaf_spine
 
 UP_TIMEOUT_S = 120.0
@@ -53,7 +53,7 @@ def bring_up(
 ) -> FabricState:
     """Start a detached supervisor for fabric `name` and return once it forwards.
 
-    `switch_processes`: testbed.switch_layout's per-node or shared (default: the environment's
+    `switch_processes`: testbed.fabric.switch_layout's per-node or shared (default: the environment's
     choice, else per-node). On failure or Ctrl-C everything of `name` is removed before the
     error propagates.
     """
@@ -73,7 +73,7 @@ def bring_up(
                 )
         except StateError:
             pass
-        from testbed.cleanup import clean_fabric
+        from testbed.fabric.cleanup import clean_fabric
 
         clean_fabric(name)  # stale leftovers of a crashed run of the same name
     directory.mkdir(parents=True, mode=0o700)
@@ -85,7 +85,7 @@ def bring_up(
         [
             sys.executable,
             "-m",
-            "testbed.supervisor",
+            "testbed.fabric.supervisor",
             "--name",
             name,
             "--params",
@@ -115,7 +115,7 @@ def bring_up(
                 msg = st.message if st else ""
                 tail = _tail(directory / "supervisor.log")
                 proc.wait(10)
-                from testbed.cleanup import clean_fabric
+                from testbed.fabric.cleanup import clean_fabric
 
                 clean_fabric(name)
                 raise CliError(f"fabric {name!r} failed to start: {msg or tail}")
@@ -130,7 +130,7 @@ def bring_up(
                 proc.wait(20)
             except subprocess.TimeoutExpired:
                 pass
-        from testbed.cleanup import clean_fabric
+        from testbed.fabric.cleanup import clean_fabric
 
         clean_fabric(name)
         raise
@@ -162,7 +162,7 @@ def _tail(path, n: int = 600) -> str:
 def _root() -> str:
     from pathlib import Path
 
-    return str(Path(__file__).resolve().parent.parent)
+    return str(Path(__file__).resolve().parents[2])
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -209,7 +209,7 @@ CTL_USAGE = """actions:
 
 def ctl_request(action: str, rest: list[str], direction: str | None) -> dict:
     """Parse `testbed ctl ACTION ARGS...` into a supervisor request (pure, tested)."""
-    from testbed.failures import ACTIONS, LINK_ACTIONS, NODE_ACTIONS
+    from testbed.fabric.failures import ACTIONS, LINK_ACTIONS, NODE_ACTIONS
 
     if action not in ACTIONS:
         raise CliError(f"ctl: unknown action {action!r}\n{CTL_USAGE}")
@@ -312,7 +312,7 @@ def tear_down(name: str) -> None:
     try:
         client.call(name, {"op": "down"}, timeout=5)
         deadline = time.monotonic() + 20
-        from testbed.cleanup import _exists
+        from testbed.fabric.cleanup import _exists
 
         while (
             directory.exists() or any(_exists(p) for p in supervisor)
@@ -320,7 +320,7 @@ def tear_down(name: str) -> None:
             time.sleep(0.1)
     except client.ClientError:
         pass  # supervisor gone: clean up from the state file below
-    from testbed.cleanup import clean_fabric, leftovers
+    from testbed.fabric.cleanup import clean_fabric, leftovers
 
     clean_fabric(name)  # anything the supervisor could not remove
     left = leftovers(name)
@@ -339,7 +339,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 def cmd_clean(args: argparse.Namespace) -> int:
     _need_root("testbed clean")
-    from testbed.cleanup import clean_all
+    from testbed.fabric.cleanup import clean_all
 
     done = clean_all(include_live=args.all)
     if not done:
@@ -350,7 +350,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from testbed.scenarios_catalog import format_catalog, list_scenarios
+    from testbed.scenario.catalog import format_catalog, list_scenarios
 
     print(format_catalog(list_scenarios()))
     return 0
@@ -358,8 +358,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def _load_for_run(args: argparse.Namespace):
     """Find and validate the scenario (and `--quick` it) before anything is created."""
-    from testbed.scenario import ScenarioError, lint, load_scenario, quick
-    from testbed.scenarios_catalog import find_scenario
+    from testbed.scenario.model import ScenarioError, lint, load_scenario, quick
+    from testbed.scenario.catalog import find_scenario
 
     try:
         path = find_scenario(args.scenario)
@@ -377,7 +377,7 @@ def _load_for_run(args: argparse.Namespace):
 
 
 def _finish_run(outcome, args: argparse.Namespace) -> int:
-    from testbed.report import print_comparison
+    from testbed.analysis.report import print_comparison
 
     print()
     print_comparison(outcome.summary, outcome.metrics)
@@ -403,7 +403,7 @@ def _finish_run(outcome, args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from testbed.runner import check_runnable, default_out_dir, run_scenario, transports_arg
+    from testbed.experiment.runner import check_runnable, default_out_dir, run_scenario, transports_arg
 
     sc = _load_for_run(args)
     try:
@@ -419,7 +419,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from testbed.runner import check_runnable, default_out_dir, run_scenario, transports_arg
+    from testbed.experiment.runner import check_runnable, default_out_dir, run_scenario, transports_arg
 
     sc = _load_for_run(args)
     try:
@@ -434,7 +434,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_cli(args: argparse.Namespace) -> int:
-    from testbed.interactive import FabricCli
+    from testbed.cli.interactive import FabricCli
 
     FabricCli(args.name).cmdloop()
     return 0
@@ -481,7 +481,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_lab(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from testbed.labs import LabError, check_lab, find_lab, format_list, format_report, list_labs
+    from testbed.labs.grading import LabError, check_lab, find_lab, format_list, format_report, list_labs
 
     try:
         if args.lab_cmd == "list":
@@ -576,7 +576,7 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("node", nargs="?")
     co.set_defaults(func=cmd_counters)
 
-    from testbed import fib_view
+    from testbed.fabric import fib_view
 
     fib_view.add_parsers(sub, named)
 

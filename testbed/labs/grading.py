@@ -37,7 +37,7 @@ from types import ModuleType
 
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 LABS_DIR = REPO / "labs"
 SOLUTIONS_DIR = LABS_DIR / "solutions"
 LAB_CODE_ENV = "TESTBED_LAB_CODE"
@@ -199,8 +199,8 @@ def load_lab(lab_dir: Path) -> Lab:
 
 
 def _lab_scenario(path: Path, key: str, lab_dir: Path, entry: object) -> LabScenario:
-    from testbed.scenario import TRANSPORTS, ScenarioError, load_scenario
-    from testbed.scenarios_catalog import SCENARIO_DIR
+    from testbed.scenario.model import TRANSPORTS, ScenarioError, load_scenario
+    from testbed.scenario.catalog import SCENARIO_DIR
 
     if not isinstance(entry, dict):
         raise _fail(path, key, "must be a mapping {file, transports, quick, require}")
@@ -533,7 +533,7 @@ def run_scenarios(
     lab: Lab, code_dir: Path, results_dir: Path, out: Callable[[str], None] = print
 ) -> tuple[list[CheckResult], list[Path]]:
     """Each lab scenario, short, on its own fabric, with the student's files plugged in."""
-    from testbed.scenario import load_scenario
+    from testbed.scenario.model import load_scenario
 
     results: list[CheckResult] = []
     folders: list[Path] = []

@@ -22,9 +22,9 @@ import traceback
 from pathlib import Path
 
 from switch.control import ControlError, request
-from testbed import failures
-from testbed.fabric import BuildError, FabricBuilder
-from testbed.state import FabricState, record, run_dir
+from testbed.fabric import failures
+from testbed.fabric.builder import BuildError, FabricBuilder
+from testbed.fabric.state import FabricState, record, run_dir
 from topologies import TopologyParams, leaf_spine
 
 FABRIC_ENV = "TESTBED_FABRIC"  # every process of a fabric carries it: cleanup finds orphans by it
@@ -248,7 +248,7 @@ def req_is_down(buf: bytes) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m testbed.supervisor")
+    ap = argparse.ArgumentParser(prog="python -m testbed.fabric.supervisor")
     ap.add_argument("--name", required=True)
     ap.add_argument("--params", required=True, help="TopologyParams as JSON")
     ap.add_argument("--seed", type=int, default=1)

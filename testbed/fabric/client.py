@@ -6,7 +6,7 @@ import json
 import socket
 from dataclasses import asdict
 
-from testbed.state import FabricState, StateError, run_dir
+from testbed.fabric.state import FabricState, StateError, run_dir
 
 
 class ClientError(RuntimeError):

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.scenario import ScenarioError, load_scenario
+from testbed.scenario.model import ScenarioError, load_scenario
 
-SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
+SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
 
 
 @dataclass(frozen=True)

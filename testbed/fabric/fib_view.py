@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from switch.config import SwitchConfig
 from switch.fib import BUCKET_MASK, Fib, select_next_hop
-from testbed import client
-from testbed.state import run_dir
+from testbed.fabric import client
+from testbed.fabric.state import run_dir
 
 PROTOCOLS = {"udp": 17, "tcp": 6, "icmp": 1}
 

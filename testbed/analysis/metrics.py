@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from testbed.scenario import Event, Expect, Scenario, capacity_mbps, total_bytes
+from testbed.scenario.model import Event, Expect, Scenario, capacity_mbps, total_bytes
 
 BIN_S = 0.010
 PRE_WINDOW_S = 0.5  # healthy goodput is the median over this long before the first failure

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from switch.config import switch_config
 from switch.control import ControlError, request
-from testbed.state import FabricState, ProcessRecord, record
-from testbed.switch_layout import SHARED, switch_layout
+from testbed.fabric.state import FabricState, ProcessRecord, record
+from testbed.fabric.switch_layout import SHARED, switch_layout
 from topologies import Fabric
 
 OFFLOADS = ("tso", "gso", "gro", "tx", "rx", "sg")
@@ -321,10 +321,10 @@ def switch_python() -> str:
 
 
 def _ticks_or_zero(pid: int) -> int:
-    from testbed.state import process_start_ticks
+    from testbed.fabric.state import process_start_ticks
 
     return process_start_ticks(pid) or 0
 
 
 def _project_root() -> str:
-    return str(Path(__file__).resolve().parent.parent)
+    return str(Path(__file__).resolve().parents[2])

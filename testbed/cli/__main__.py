@@ -1,0 +1,5 @@
+import sys
+
+from testbed.cli.commands import main
+
+sys.exit(main())

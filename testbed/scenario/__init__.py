@@ -1,0 +1,1 @@
+"""Scenario files: what a run is asked to do, checked completely before anything is built."""
