@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.harness.kernel_baseline import MPTCP_EXTRA_PORTS, KernelBaseline
 from testbed.analysis.metrics import measure
+from testbed.harness.kernel_baseline import MPTCP_EXTRA_PORTS, KernelBaseline
 from testbed.scenario.model import validate
 from tests.conftest import tb, unique_name
 

@@ -6,7 +6,14 @@ import json
 
 import pytest
 
-from testbed.analysis.metrics import AppliedEvent, Emulation, Message, TransportRun, build_summary, measure
+from testbed.analysis.metrics import (
+    AppliedEvent,
+    Emulation,
+    Message,
+    TransportRun,
+    build_summary,
+    measure,
+)
 from testbed.analysis.report import (
     KERNEL_DROPS_BANNER,
     comparison_rows,

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from testbed.experiment.runner import endpoint_run, endpoint_workload, transports_arg
-from testbed.scenario.model import flows, validate
 from testbed.fabric.state import RUN_ROOT
+from testbed.scenario.model import flows, validate
 from tests.conftest import ROOT
 
 BASE = {

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from testbed.fabric.cleanup import leftovers
-from testbed.scenario.catalog import list_scenarios
 from testbed.fabric.state import RUN_ROOT
+from testbed.scenario.catalog import list_scenarios
 from tests.conftest import ROOT, interruptible, tb
 
 pytestmark = pytest.mark.netns

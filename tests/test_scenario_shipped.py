@@ -4,6 +4,12 @@ from pathlib import Path
 
 import pytest
 
+from testbed.scenario.catalog import (
+    SCENARIO_DIR,
+    find_scenario,
+    format_catalog,
+    list_scenarios,
+)
 from testbed.scenario.model import (
     EMULATION_BUDGET_MBPS,
     QUICK_FACTOR,
@@ -12,12 +18,6 @@ from testbed.scenario.model import (
     lint,
     load_scenario,
     quick,
-)
-from testbed.scenario.catalog import (
-    SCENARIO_DIR,
-    find_scenario,
-    format_catalog,
-    list_scenarios,
 )
 
 REQUIRED = {

@@ -32,10 +32,10 @@ LAB = Path(__file__).resolve().parent
 REPO = LAB.parent.parent
 sys.path.insert(0, str(REPO))
 
-from testbed.fabric import client  # noqa: E402
-from testbed.fabric.cleanup import clean_fabric  # noqa: E402
 from testbed.cli.commands import bring_up, tear_down  # noqa: E402
 from testbed.experiment.runner import endpoint_workload  # noqa: E402
+from testbed.fabric import client  # noqa: E402
+from testbed.fabric.cleanup import clean_fabric  # noqa: E402
 from testbed.scenario.model import flows, load_scenario, quick  # noqa: E402
 
 FABRIC = "lab3cap"

@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from contracts.sizes import format_size
 from testbed.analysis.metrics import BIN_S, TransportMetrics
 from testbed.scenario.model import FAILURE_ACTIONS, Scenario
-from contracts.sizes import format_size
 
 KERNEL_DROPS_BANNER = "WARNING: EMULATION OVERLOADED"
 

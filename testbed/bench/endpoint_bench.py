@@ -308,8 +308,8 @@ def fabric_trims(name: str) -> int:
 def ctl(name: str, action: str, *args: str, direction: str | None = None) -> None:
     """A failure control applied through the supervisor, in this process (no CLI start-up, so
     the time around the call bounds when the switches applied it to a few ms)."""
-    from testbed.fabric import client
     from testbed.cli.commands import ctl_request
+    from testbed.fabric import client
 
     client.call(name, ctl_request(action, list(args), direction))
 

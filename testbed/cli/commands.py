@@ -11,9 +11,16 @@ import subprocess
 import sys
 import time
 
-from testbed.fabric import client
 from testbed.experiment.errors import RunError
-from testbed.fabric.state import DEFAULT_NAME, RUN_ROOT, FabricState, StateError, check_name, run_dir
+from testbed.fabric import client
+from testbed.fabric.state import (
+    DEFAULT_NAME,
+    RUN_ROOT,
+    FabricState,
+    StateError,
+    check_name,
+    run_dir,
+)
 from testbed.fabric.switch_layout import ENV as SWITCH_LAYOUT_ENV
 from testbed.fabric.switch_layout import LAYOUTS, switch_layout
 from topologies import TopologyError, TopologyParams, leaf_spine
@@ -358,8 +365,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def _load_for_run(args: argparse.Namespace):
     """Find and validate the scenario (and `--quick` it) before anything is created."""
-    from testbed.scenario.model import ScenarioError, lint, load_scenario, quick
     from testbed.scenario.catalog import find_scenario
+    from testbed.scenario.model import ScenarioError, lint, load_scenario, quick
 
     try:
         path = find_scenario(args.scenario)
@@ -403,7 +410,12 @@ def _finish_run(outcome, args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from testbed.experiment.runner import check_runnable, default_out_dir, run_scenario, transports_arg
+    from testbed.experiment.runner import (
+        check_runnable,
+        default_out_dir,
+        run_scenario,
+        transports_arg,
+    )
 
     sc = _load_for_run(args)
     try:
@@ -419,7 +431,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from testbed.experiment.runner import check_runnable, default_out_dir, run_scenario, transports_arg
+    from testbed.experiment.runner import (
+        check_runnable,
+        default_out_dir,
+        run_scenario,
+        transports_arg,
+    )
 
     sc = _load_for_run(args)
     try:
@@ -481,7 +498,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_lab(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from testbed.labs.grading import LabError, check_lab, find_lab, format_list, format_report, list_labs
+    from testbed.labs.grading import (
+        LabError,
+        check_lab,
+        find_lab,
+        format_list,
+        format_report,
+        list_labs,
+    )
 
     try:
         if args.lab_cmd == "list":

@@ -41,8 +41,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from endpoint.control import ControlError
-from testbed.fabric import client
-from testbed.harness.kernel_baseline import BaselineError, KernelBaseline
 from testbed.analysis.metrics import (
     AppliedEvent,
     Emulation,
@@ -54,6 +52,8 @@ from testbed.analysis.metrics import (
     measure,
 )
 from testbed.experiment.errors import RunError
+from testbed.fabric import client
+from testbed.harness.kernel_baseline import BaselineError, KernelBaseline
 from testbed.scenario.model import (
     AllreduceWorkload,
     Event,

@@ -15,7 +15,13 @@ import signal
 import time
 from pathlib import Path
 
-from testbed.fabric.state import RUN_ROOT, FabricState, StateError, list_fabrics, process_start_ticks
+from testbed.fabric.state import (
+    RUN_ROOT,
+    FabricState,
+    StateError,
+    list_fabrics,
+    process_start_ticks,
+)
 
 FABRIC_ENV = b"TESTBED_FABRIC="
 ROLE_ORDER = ("endpoint", "helper", "switch", "node-shell", "supervisor")

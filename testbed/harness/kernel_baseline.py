@@ -101,8 +101,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from testbed.fabric import client
 from testbed.analysis.metrics import Message, TransportRun
+from testbed.fabric import client
 from testbed.scenario.model import AllreduceWorkload, Flow, Scenario, flows, workload_hosts
 
 PORT_BASE = 5201

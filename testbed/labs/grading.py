@@ -199,8 +199,8 @@ def load_lab(lab_dir: Path) -> Lab:
 
 
 def _lab_scenario(path: Path, key: str, lab_dir: Path, entry: object) -> LabScenario:
-    from testbed.scenario.model import TRANSPORTS, ScenarioError, load_scenario
     from testbed.scenario.catalog import SCENARIO_DIR
+    from testbed.scenario.model import TRANSPORTS, ScenarioError, load_scenario
 
     if not isinstance(entry, dict):
         raise _fail(path, key, "must be a mapping {file, transports, quick, require}")

@@ -13,8 +13,8 @@ import pytest
 
 from switch.config import switch_config
 from switch.fib import Fib, Route, select_next_hop
-from testbed.labs.grading import load_student
 from testbed.fabric.paths import predict_path
+from testbed.labs.grading import load_student
 from topologies import leaf_spine
 
 LAB = Path(__file__).resolve().parent.parent

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.labs.grading import load_student
 from testbed.fabric.paths import predict_path
+from testbed.labs.grading import load_student
 from testbed.scenario.model import load_scenario
 
 LAB = Path(__file__).resolve().parent.parent

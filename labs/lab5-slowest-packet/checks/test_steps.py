@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.labs.grading import load_student
 from testbed.analysis.metrics import percentiles
+from testbed.labs.grading import load_student
 
 LAB = Path(__file__).resolve().parent.parent
 
