@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from testbed.cli.commands import CliError, build_parser, ctl_request, main, params_from_args
+from testbed.cli.commands import build_parser, main, params_from_args
+from testbed.fabric.failures import FailureError, ctl_request
 from tests.conftest import ROOT
 from topologies import TopologyError
 
@@ -85,7 +86,7 @@ def test_ctl_parsing(argv, expected):
 def test_ctl_direction():
     req = ctl_request("blackhole", ["leaf2", "spine1"], "leaf2,spine1")
     assert req["direction"] == ["leaf2", "spine1"]
-    with pytest.raises(CliError, match="--direction"):
+    with pytest.raises(FailureError, match="--direction"):
         ctl_request("blackhole", ["leaf2", "spine1"], "leaf2")
 
 
@@ -102,7 +103,7 @@ def test_ctl_direction():
     ],
 )
 def test_ctl_errors_name_the_argument(argv, match):
-    with pytest.raises(CliError, match=match):
+    with pytest.raises(FailureError, match=match):
         ctl_request(argv[0], argv[1:], None)
 
 

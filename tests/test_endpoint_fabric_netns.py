@@ -17,15 +17,14 @@ import statistics
 import pytest
 
 from testbed.bench.endpoint_bench import (
-    FabricEndpoints,
     ctl,
     fabric_trims,
     ideal_goodput_mbps,
     kernel_drops,
-    run_job,
     transfer_metrics,
 )
 from testbed.fabric.paths import source_ports_via
+from testbed.harness.endpoints import FabricEndpoints, run_job
 from tests.conftest import tb, unique_name
 from topologies import leaf_spine
 

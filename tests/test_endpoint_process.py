@@ -670,11 +670,8 @@ def test_two_planes_spread_evs_over_both_nics(loopback):
 
 
 def test_bench_table_and_helpers():
-    from testbed.bench.endpoint_bench import (
-        fabric_endpoint_config,
-        format_endpoint_table,
-        ideal_goodput_mbps,
-    )
+    from testbed.bench.endpoint_bench import format_endpoint_table, ideal_goodput_mbps
+    from testbed.harness.endpoints import fabric_endpoint_config
     from topologies import leaf_spine
 
     assert ideal_goodput_mbps(100) == pytest.approx(100 * 1400 / 1494)

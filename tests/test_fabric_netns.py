@@ -170,9 +170,9 @@ def test_down_leaves_nothing_behind():
     pids = [p["pid"] for p in st["processes"]]
     tb("down", "--name", name)
     assert leftovers(name) == []
-    from testbed.fabric.cleanup import _exists
+    from testbed.fabric.cleanup import pid_exists
 
-    alive = [p for p in pids if _exists(p)]
+    alive = [p for p in pids if pid_exists(p)]
     assert alive == [], f"processes left: {alive}"
     again = tb("down", "--name", name, check=False)
     assert again.returncode == 2 and "no fabric" in again.stderr

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from testbed.harness import kernel_baseline as kb
-from testbed.scenario.model import validate
+from testbed.scenario import validate
 
 # The shape of a real `iperf3 -c ... -R -n 500000 -J -i 0.1` client document (trimmed): the
 # client is the receiver, so every interval has "sender": false.

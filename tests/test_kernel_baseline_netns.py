@@ -9,7 +9,7 @@ import pytest
 
 from testbed.analysis.metrics import measure
 from testbed.harness.kernel_baseline import MPTCP_EXTRA_PORTS, KernelBaseline
-from testbed.scenario.model import validate
+from testbed.scenario import validate
 from tests.conftest import tb, unique_name
 
 pytestmark = pytest.mark.netns

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from testbed.fabric.cleanup import _exists, leftovers
+from testbed.fabric.cleanup import leftovers, pid_exists
 from testbed.fabric.state import RUN_ROOT
 from tests.conftest import ROOT, interruptible, tb, unique_name
 
@@ -72,11 +72,13 @@ def test_dead_switch_is_reported_and_clean_after_sigkill_of_supervisor():
     assert "spine1" in state(name)["message"]
     sup = next(p for p in st["processes"] if p["role"] == "supervisor")
     os.kill(sup["pid"], signal.SIGKILL)
-    wait_for(lambda: not _exists(sup["pid"]), what="supervisor exit")
+    wait_for(lambda: not pid_exists(sup["pid"]), what="supervisor exit")
     out = tb("clean").stdout
     assert name in out
     assert leftovers(name) == []
-    wait_for(lambda: not any(_exists(p) for p in pids), what="every process of the fabric to exit")
+    wait_for(
+        lambda: not any(pid_exists(p) for p in pids), what="every process of the fabric to exit"
+    )
 
 
 def test_interrupted_up_tears_down_what_it_built():

@@ -22,7 +22,7 @@ from testbed.analysis.metrics import (
     step_rhythm_s,
     step_times_ms,
 )
-from testbed.scenario.model import Expect, validate
+from testbed.scenario import Expect, validate
 
 MBPS_40_PER_MS = 40e6 / 8 / 1000  # bytes per ms at 40 Mbps
 

@@ -10,7 +10,7 @@ import pytest
 
 from testbed.analysis import plots
 from testbed.analysis.metrics import AppliedEvent, Message, TransportRun, measure
-from testbed.scenario.model import validate
+from testbed.scenario import validate
 
 EVENTS = [(1.5, "link-down spine1-leaf2"), (3.0, "link-up spine1-leaf2")]
 TIMES = [i * 0.01 for i in range(500)]

@@ -24,7 +24,7 @@ from testbed.analysis.report import (
     write_summary,
     write_timeseries_csv,
 )
-from testbed.scenario.model import validate
+from testbed.scenario import validate
 
 SCENARIO = {
     "name": "allreduce-under-failure",

@@ -11,7 +11,7 @@ import pytest
 
 from testbed.experiment.runner import endpoint_run, endpoint_workload, transports_arg
 from testbed.fabric.state import RUN_ROOT
-from testbed.scenario.model import flows, validate
+from testbed.scenario import flows, validate
 from tests.conftest import ROOT
 
 BASE = {

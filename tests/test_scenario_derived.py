@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from testbed.scenario.model import (
+from testbed.scenario import (
     QUICK_FACTOR,
     capacity_mbps,
     flows,

@@ -4,13 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.scenario.catalog import (
-    SCENARIO_DIR,
-    find_scenario,
-    format_catalog,
-    list_scenarios,
-)
-from testbed.scenario.model import (
+from testbed.scenario import (
     EMULATION_BUDGET_MBPS,
     QUICK_FACTOR,
     capacity_mbps,
@@ -18,6 +12,12 @@ from testbed.scenario.model import (
     lint,
     load_scenario,
     quick,
+)
+from testbed.scenario.catalog import (
+    SCENARIO_DIR,
+    find_scenario,
+    format_catalog,
+    list_scenarios,
 )
 
 REQUIRED = {

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.scenario.model import (
+from testbed.scenario import (
     FAILURE_ACTIONS,
     RECOVERY_ACTIONS,
     Scenario,

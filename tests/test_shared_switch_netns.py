@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from testbed.fabric.cleanup import _exists, leftovers
+from testbed.fabric.cleanup import leftovers, pid_exists
 from testbed.fabric.paths import predict_path, source_ports_via
 from testbed.fabric.state import RUN_ROOT
 from testbed.fabric.switch_layout import ENV
@@ -89,7 +89,7 @@ def test_one_live_process_serves_every_switch_from_outside_their_namespaces(fabr
     assert len({p["pid"] for p in switches}) == 1, switches
     assert all(p["alive"] for p in switches), switches
     pid = switches[0]["pid"]
-    assert _exists(pid)
+    assert pid_exists(pid)
     cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
     assert cmdline.count(b"--config") == 4 and cmdline.count(b"--netns") == 4
     # Not inside any switch node: its ports were opened in each node's namespace by setns.
@@ -200,7 +200,7 @@ def test_switch_down_stops_one_switch_not_the_process(fabric):
         }  # fmt: skip
         st = state(fabric)
         assert st["status"] == "up", st["message"]
-        assert set(switch_pids(st).values()) == {pid} and _exists(pid)
+        assert set(switch_pids(st).values()) == {pid} and pid_exists(pid)
         assert "1 received" in sh(fabric, "h1", "ping", "-c1", "-W2", "10.1.2.1").stdout
     finally:
         tb("ctl", "--name", fabric, "switch-up", "spine1")
@@ -219,7 +219,7 @@ def test_down_after_a_normal_run_leaves_nothing():
         tb("down", "--name", name)
     assert leftovers(name) == []
     assert not (RUN_ROOT / name).exists()
-    assert [p for p in pids if _exists(p)] == []
+    assert [p for p in pids if pid_exists(p)] == []
 
 
 def test_killed_shared_process_degrades_every_switch_and_down_cleans(monkeypatch):
@@ -241,7 +241,7 @@ def test_killed_shared_process_degrades_every_switch_and_down_cleans(monkeypatch
     finally:
         tb("down", "--name", name)
     assert leftovers(name) == []
-    assert not _exists(pid)
+    assert not pid_exists(pid)
 
 
 def test_per_node_default_gives_each_switch_its_own_process(monkeypatch):

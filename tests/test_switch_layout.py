@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from testbed.cli import commands as cli
+from testbed.fabric import lifecycle
 from testbed.fabric.state import RUN_ROOT
 from testbed.fabric.switch_layout import ENV, LAYOUTS, PER_NODE, SHARED, switch_layout
 from tests.conftest import ROOT, unique_name
@@ -90,7 +91,7 @@ def test_up_refuses_a_bad_environment_value_before_anything(monkeypatch, capsys)
     def no_further(what: str) -> None:
         raise AssertionError(f"bring_up got as far as the root check ({what})")
 
-    monkeypatch.setattr(cli, "_need_root", no_further)
+    monkeypatch.setattr(lifecycle, "need_root", no_further)
     monkeypatch.setenv(ENV, "bogus")
     name = unique_name("sp")
     rc = cli.main(["up", "--name", name, "--spines", "1", "--leaves", "2", "--hosts-per-leaf", "1"])

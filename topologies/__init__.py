@@ -12,10 +12,15 @@ from topologies.leaf_spine import (
     leaf_spine,
 )
 
+# The public name of a leaf-spine fabric's parameters (`from testbed import LeafSpine`):
+# what a user chooses; `leaf_spine(params)` derives the rest.
+LeafSpine = TopologyParams
+
 __all__ = [
     "Fabric",
     "FibEntry",
     "Interface",
+    "LeafSpine",
     "Link",
     "NextHop",
     "Node",

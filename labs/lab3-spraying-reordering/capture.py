@@ -32,11 +32,10 @@ LAB = Path(__file__).resolve().parent
 REPO = LAB.parent.parent
 sys.path.insert(0, str(REPO))
 
-from testbed.cli.commands import bring_up, tear_down  # noqa: E402
 from testbed.experiment.runner import endpoint_workload  # noqa: E402
-from testbed.fabric import client  # noqa: E402
-from testbed.fabric.cleanup import clean_fabric  # noqa: E402
-from testbed.scenario.model import flows, load_scenario, quick  # noqa: E402
+from testbed.fabric.session import Fabric  # noqa: E402
+from testbed.harness.endpoints import FabricEndpoints  # noqa: E402
+from testbed.scenario import flows, load_scenario, quick  # noqa: E402
 
 FABRIC = "lab3cap"
 JOB = 1
@@ -101,44 +100,38 @@ def ev_bytes(records: dict[str, list[dict]], addr_host: dict[str, str]) -> dict[
 
 
 def run_once(sc, evs: int, watch_src: str, out: Path) -> dict:
-    from testbed.bench.endpoint_bench import FabricEndpoints
-
     fab = sc.fabric()
     hosts = fab.hosts()
     watch_dst = next(f.dst for f in flows(sc) if f.src == watch_src)
     addr_host = {fab.host_ip(h): h for h in hosts}
     pcap = out / f"capture-{evs}ev.pcap"
     eps = cap = None
-    try:
-        bring_up(FABRIC, sc.topology.params(), sc.seed)
-        st = client.state(FABRIC)
-        intf = fab.interfaces[watch_dst][0].name
-        cap = start_capture(st.nodes[watch_dst]["pid"], intf, fab.host_ip(watch_src), pcap)
-        eps = FabricEndpoints(FABRIC, fab, hosts, pace_mbps=sc.topology.link_mbps)
-        co = eps.coordinator
-        co.start(JOB, {"workload": endpoint_workload(sc), "mode": "mrc", "evs": evs})
-        t0 = min(co.go(JOB).values())
-        statuses = co.wait(JOB, timeout=sc.duration_s)
-        took = time.monotonic() - t0
-        done = all(s.get("done") for s in statuses.values())
-        counters = client.call(FABRIC, {"op": "counters", "node": None}, timeout=10)["counters"]
-        eps.stop()
-        records = {h: eps.records(h) for h in hosts}
-    finally:
-        if cap is not None:
-            cap.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                cap.wait(10)
-            if cap.poll() is None:
-                cap.kill()
-                cap.wait()
-        if eps is not None:
-            with contextlib.suppress(Exception):
-                eps.stop()
-            eps.cleanup()
-        with contextlib.suppress(Exception):
-            tear_down(FABRIC)
-        clean_fabric(FABRIC)
+    with Fabric(sc.topology.params(), name=FABRIC, seed=sc.seed) as fabric:
+        try:
+            intf = fab.interfaces[watch_dst][0].name
+            cap = start_capture(fabric.node_pid(watch_dst), intf, fab.host_ip(watch_src), pcap)
+            eps = FabricEndpoints(FABRIC, fab, hosts, pace_mbps=sc.topology.link_mbps)
+            co = eps.coordinator
+            co.start(JOB, {"workload": endpoint_workload(sc), "mode": "mrc", "evs": evs})
+            t0 = min(co.go(JOB).values())
+            statuses = co.wait(JOB, timeout=sc.duration_s)
+            took = time.monotonic() - t0
+            done = all(s.get("done") for s in statuses.values())
+            counters = fabric.counters()
+            eps.stop()
+            records = {h: eps.records(h) for h in hosts}
+        finally:
+            if cap is not None:
+                cap.terminate()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    cap.wait(10)
+                if cap.poll() is None:
+                    cap.kill()
+                    cap.wait()
+            if eps is not None:
+                with contextlib.suppress(Exception):
+                    eps.stop()
+                eps.cleanup()
     rows = arrivals(pcap)
     with open(out / f"arrivals-{evs}ev.csv", "w", newline="") as f:
         w = csv.writer(f)

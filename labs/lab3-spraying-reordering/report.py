@@ -24,7 +24,7 @@ LAB = Path(__file__).resolve().parent
 sys.path.insert(0, str(LAB.parent.parent))
 
 from testbed.fabric.paths import predict_path  # noqa: E402
-from testbed.scenario.model import load_scenario  # noqa: E402
+from testbed.scenario import load_scenario  # noqa: E402
 
 
 def load_spray(code: Path):

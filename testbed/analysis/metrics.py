@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from testbed.scenario.model import Event, Expect, Scenario, capacity_mbps, total_bytes
+from testbed.harness.records import Message, TransportRun
+from testbed.scenario import Event, Expect, Scenario, capacity_mbps, total_bytes
 
 BIN_S = 0.010
 PRE_WINDOW_S = 0.5  # healthy goodput is the median over this long before the first failure
@@ -39,38 +40,6 @@ SUSTAIN_S = 0.05  # recovered = goodput held at the target for this long, not on
 RECOVERY_FRACTION = 0.9  # DESIGN.md: "back at >= 90% of its pre-failure level"
 OUTAGE_FRACTION = 0.5  # a window below this share of the healthy level is an outage
 FALLBACK_EFFICIENCY = 0.85  # healthy level assumed when a failure leaves no pre-window
-
-
-@dataclass(frozen=True)
-class Message:
-    """A unit of application data: posted at `start_s`, complete at `done_s` (None = never)."""
-
-    start_s: float
-    bytes: int
-    done_s: float | None
-
-
-@dataclass
-class TransportRun:
-    """What the runner collected for one transport (the input of `measure`).
-
-    deliveries: (time, bytes newly delivered) samples, in any order, at any granularity.
-    messages: every message the workload posted (flows; for allreduce one per hop per step).
-    steps: (start, end or None) of each all-reduce step that started.
-    end_s: when measurement stopped.
-    retransmits: counts by reason, e.g. {"nack": 12, "timeout": 1, "probe": 3}.
-    trims: trimmed packets counted by the switches while this transport ran.
-    ev_bytes: optional per-EV (or per-path) sent bytes in `BIN_S` bins, for plots only.
-    """
-
-    transport: str
-    deliveries: Sequence[tuple[float, int]]
-    messages: Sequence[Message]
-    end_s: float
-    retransmits: Mapping[str, int] = field(default_factory=dict)
-    trims: int = 0
-    steps: Sequence[tuple[float, float | None]] = ()
-    ev_bytes: Mapping[str, Sequence[float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

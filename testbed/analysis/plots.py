@@ -24,7 +24,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from testbed.analysis.metrics import AppliedEvent, TransportMetrics, percentiles  # noqa: E402
-from testbed.scenario.model import FAILURE_ACTIONS  # noqa: E402
+from testbed.scenario import FAILURE_ACTIONS  # noqa: E402
 
 # No red or green here: those are the event markers' colours.
 TRANSPORT_COLOURS = {

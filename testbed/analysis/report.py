@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 from contracts.sizes import format_size
 from testbed.analysis.metrics import BIN_S, TransportMetrics
-from testbed.scenario.model import FAILURE_ACTIONS, Scenario
+from testbed.scenario import FAILURE_ACTIONS, Scenario
 
 KERNEL_DROPS_BANNER = "WARNING: EMULATION OVERLOADED"
 

@@ -31,11 +31,19 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from endpoint.control import Coordinator
+from endpoint.metrics import placed_samples
+from testbed.analysis import metrics as tm
+from testbed.fabric import client
+from testbed.fabric.failures import ctl_request
+from testbed.harness.endpoints import (
+    EndpointProcs,
+    FabricEndpoints,
+    run_job,
+)
+from topologies import leaf_spine
 
 REPO = Path(__file__).resolve().parents[2]
 PR_SET_PDEATHSIG = 1
@@ -76,148 +84,7 @@ def ideal_goodput_mbps(link_mbps: float, payload: int = MAX_PAYLOAD) -> float:
 # ----- endpoint processes -----------------------------------------------------------------------
 
 
-class EndpointProcs:
-    """Endpoint processes started by this code (each through a launcher prefix, e.g. mnexec or
-    ip netns exec, that execs in place so the PID is the endpoint's), and their coordinator."""
-
-    def __init__(self, config: dict, launch: dict[str, list[str]], workdir: str | None = None):
-        self.config = config
-        self.dir = Path(workdir or tempfile.mkdtemp(prefix="tbe-ep-"))
-        self._own_dir = workdir is None
-        self.procs: dict[str, subprocess.Popen] = {}
-        self.logs: list = []
-        self.coordinator: Coordinator | None = None
-        cfg = json.dumps(config)
-        try:
-            for host, prefix in launch.items():
-                err = open(self.dir / f"{host}.log", "wb")  # noqa: SIM115 - closed in stop()
-                self.logs.append(err)
-                self.procs[host] = subprocess.Popen(
-                    [
-                        *prefix,
-                        sys.executable,
-                        "-m",
-                        "endpoint",
-                        "--host",
-                        host,
-                        "--config",
-                        cfg,
-                        "--control",
-                        str(self.sock(host)),
-                        "--metrics",
-                        str(self.metrics_path(host)),
-                    ],
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=err,
-                    env=_env(),
-                    cwd=REPO,
-                    preexec_fn=_die_with_parent,
-                )
-            for host, p in self.procs.items():
-                line = p.stdout.readline().decode(errors="replace")
-                if not line.startswith("ready"):
-                    raise BenchError(f"endpoint {host} did not start: {self.log(host)}")
-            self.coordinator = Coordinator({h: str(self.sock(h)) for h in self.procs})
-        except BaseException:
-            self.stop()
-            raise
-
-    def sock(self, host: str) -> Path:
-        return self.dir / f"{host}.sock"
-
-    def metrics_path(self, host: str) -> Path:
-        return self.dir / f"{host}.jsonl"
-
-    def log(self, host: str) -> str:
-        try:
-            return (self.dir / f"{host}.log").read_text(errors="replace")[-2000:]
-        except OSError:
-            return ""
-
-    def records(self, host: str) -> list[dict]:
-        from endpoint.metrics import read_records
-
-        return read_records(self.metrics_path(host))
-
-    def stop(self) -> dict[str, int | None]:
-        """Clean stop over the control socket, then SIGTERM/SIGKILL by PID what is left."""
-        if self.coordinator is not None:
-            self.coordinator.stop()
-            self.coordinator = None
-        codes = {}
-        for host, p in self.procs.items():
-            try:
-                codes[host] = p.wait(5)
-            except subprocess.TimeoutExpired:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    codes[host] = p.wait(3)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    codes[host] = p.wait()
-            if p.stdout:
-                p.stdout.close()
-        for f in self.logs:
-            f.close()
-        self.logs.clear()
-        return codes
-
-    def cleanup(self) -> None:
-        if self._own_dir:
-            shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def fabric_endpoint_config(fab, hosts: list[str] | None = None, **extra) -> dict:
-    """The endpoint ``--config`` of a fabric description (``topologies.Fabric``)."""
-    planes = sorted({i.plane for i in fab.interfaces[fab.hosts()[0]]})
-    hosts = hosts or fab.hosts()
-    return {"hosts": {h: [fab.host_ip(h, p) for p in planes] for h in hosts}, **extra}
-
-
-class FabricEndpoints(EndpointProcs):
-    """One endpoint process in each given host of a running fabric (started with mnexec)."""
-
-    def __init__(
-        self,
-        name: str,
-        fab,
-        hosts: list[str] | None = None,
-        workdir: str | None = None,
-        **config_extra,
-    ) -> None:
-        from testbed.fabric import client
-
-        st = client.state(name)
-        hosts = hosts or fab.hosts()
-        launch = {h: ["mnexec", "-a", str(st.nodes[h]["pid"])] for h in hosts}
-        super().__init__(
-            fabric_endpoint_config(fab, fab.hosts(), **config_extra), launch, workdir=workdir
-        )
-
-
 # ----- running a job and measuring it -----------------------------------------------------------
-
-
-def run_job(
-    eps: EndpointProcs, job: int, request: dict, timeline=(), timeout: float = 60.0
-) -> dict:
-    """start on every endpoint, go on every endpoint, apply ``timeline`` ((at_s, fn) pairs,
-    seconds after the first go), then wait for every endpoint to finish the job."""
-    co = eps.coordinator
-    co.start(job, request)
-    go = co.go(job)
-    t0 = min(go.values())
-    applied = []
-    for at, fn in sorted(timeline, key=lambda e: e[0]):
-        delay = t0 + at - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)  # a scenario timeline is wall-clock by definition
-        before = time.monotonic()
-        fn()
-        applied.append((before, time.monotonic()))
-    status = co.wait(job, timeout)
-    return {"go": go, "t0": t0, "status": status, "applied": applied}
 
 
 def transfer_metrics(
@@ -232,8 +99,6 @@ def transfer_metrics(
     scenario engine's own definitions (testbed.analysis.metrics); times relative to ``t0``.
     `failure_ends`: when each failure was healed (default: never). `deliveries` are the
     (time, bytes) samples at the endpoints' 1 ms resolution."""
-    from endpoint.metrics import placed_samples
-    from testbed.analysis import metrics as tm
 
     deliveries: list[tuple[float, int]] = []
     messages: list = []
@@ -292,7 +157,6 @@ def transfer_metrics(
 
 
 def switch_counters(name: str) -> dict:
-    from testbed.fabric import client
 
     return client.call(name, {"op": "counters", "node": None})["counters"]
 
@@ -308,8 +172,6 @@ def fabric_trims(name: str) -> int:
 def ctl(name: str, action: str, *args: str, direction: str | None = None) -> None:
     """A failure control applied through the supervisor, in this process (no CLI start-up, so
     the time around the call bounds when the switches applied it to a few ms)."""
-    from testbed.cli.commands import ctl_request
-    from testbed.fabric import client
 
     client.call(name, ctl_request(action, list(args), direction))
 
@@ -488,7 +350,6 @@ def _fabric_udp_baseline(
     name: str, fab, seconds: float, src: str = "h1", dst: str = "h2", port: int = BASE_PORT + 2
 ) -> float:
     """Payload Mbps a bare UDP blaster gets from `src` to `dst` through the fabric."""
-    from testbed.fabric import client
 
     st = client.state(name)
     me = [sys.executable, "-m", "testbed.bench.endpoint_bench"]
@@ -523,7 +384,6 @@ def _testbed(*args: str) -> None:
 
 def goodput_part(rates: tuple[int, ...], reps: int, nbytes_per_mbps: int, seconds: float) -> list:
     """Bulk h1 -> h2 through one leaf switch at each rate, against the ideal and the blaster."""
-    from topologies import leaf_spine
 
     rows = []
     for mbps in rates:

@@ -41,11 +41,12 @@ from testbed.bench.endpoint_bench import (
     bench_meta,
     ideal_goodput_mbps,
     kernel_drops,
-    run_job,
     switch_counters,
     transfer_metrics,
 )
 from testbed.fabric.switch_layout import LAYOUTS, PER_NODE, SHARED
+from testbed.harness.endpoints import FabricEndpoints, run_job
+from topologies import leaf_spine
 
 LINK_MBPS = 100
 SRC, DST = "h1", "h3"
@@ -166,8 +167,6 @@ def _median(values: list) -> float | None:
 
 def run_fabric_bench(quick: bool = False) -> dict:
     """The whole fabric bench; returns the DESIGN.md "Benchmark output"-shaped object."""
-    from testbed.bench.endpoint_bench import FabricEndpoints
-    from topologies import leaf_spine
 
     if os.geteuid() != 0:
         raise BenchError("bench fabric needs root (it creates network namespaces): use sudo")

@@ -32,9 +32,9 @@ from testbed.bench.endpoint_bench import (
     ctl,
     endpoints_on,
     kernel_drops,
-    run_job,
     transfer_metrics,
 )
+from testbed.harness.endpoints import run_job
 
 LINK_MBPS = 100
 BLACKHOLE = ("spine1", "leaf2")

@@ -6,35 +6,44 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
+from pathlib import Path
 
+from testbed.analysis.report import print_comparison
+from testbed.bench import endpoint_bench, fabric_bench, failover_bench, switch_bench
+from testbed.cli.interactive import FabricCli
+from testbed.experiment.api import load
 from testbed.experiment.errors import RunError
-from testbed.fabric import client
-from testbed.fabric.state import (
-    DEFAULT_NAME,
-    RUN_ROOT,
-    FabricState,
-    StateError,
-    check_name,
-    run_dir,
+from testbed.experiment.runner import (
+    check_runnable,
+    default_out_dir,
+    run_scenario,
+    transports_arg,
 )
+from testbed.fabric import client, fib_view
+from testbed.fabric.cleanup import clean_all
+from testbed.fabric.failures import CTL_USAGE, FailureError
+from testbed.fabric.lifecycle import FabricError, need_root
+from testbed.fabric.session import Fabric
+from testbed.fabric.state import DEFAULT_NAME, RUN_ROOT, StateError, run_dir
 from testbed.fabric.switch_layout import ENV as SWITCH_LAYOUT_ENV
-from testbed.fabric.switch_layout import LAYOUTS, switch_layout
-from topologies import TopologyError, TopologyParams, leaf_spine
-
-UP_TIMEOUT_S = 120.0
+from testbed.fabric.switch_layout import LAYOUTS
+from testbed.labs.grading import (
+    LabError,
+    check_lab,
+    find_lab,
+    format_list,
+    format_report,
+    list_labs,
+)
+from testbed.scenario import Scenario, ScenarioError, lint
+from testbed.scenario.catalog import format_catalog, list_scenarios
+from topologies import TopologyError, TopologyParams
 
 
 class CliError(RuntimeError):
     pass
-
-
-def _need_root(what: str) -> None:
-    if os.geteuid() != 0:
-        raise CliError(f"{what} needs root (network namespaces): run it with sudo")
 
 
 def params_from_args(args: argparse.Namespace) -> TopologyParams:
@@ -55,100 +64,12 @@ def params_from_args(args: argparse.Namespace) -> TopologyParams:
     return p
 
 
-def bring_up(
-    name: str, params: TopologyParams, seed: int = 1, switch_processes: str | None = None
-) -> FabricState:
-    """Start a detached supervisor for fabric `name` and return once it forwards.
-
-    `switch_processes`: testbed.fabric.switch_layout's per-node or shared (default: the environment's
-    choice, else per-node). On failure or Ctrl-C everything of `name` is removed before the
-    error propagates.
-    """
-    check_name(name)
-    try:
-        layout = switch_layout(switch_processes)
-    except ValueError as exc:
-        raise CliError(str(exc)) from None
-    _need_root("testbed up")
-    directory = run_dir(name)
-    if directory.exists():
-        try:
-            st = FabricState.load(directory)
-            if any(p.role == "supervisor" and p.alive() for p in st.processes):
-                raise CliError(
-                    f"--name: fabric {name!r} is already up (testbed down --name {name})"
-                )
-        except StateError:
-            pass
-        from testbed.fabric.cleanup import clean_fabric
-
-        clean_fabric(name)  # stale leftovers of a crashed run of the same name
-    directory.mkdir(parents=True, mode=0o700)
-    log = open(directory / "supervisor.log", "ab")  # noqa: SIM115 - handed to the child
-    env = os.environ | {"TESTBED_FABRIC": name, "PYTHONPATH": _root(), SWITCH_LAYOUT_ENV: layout}
-    from dataclasses import asdict
-
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "testbed.fabric.supervisor",
-            "--name",
-            name,
-            "--params",
-            json.dumps(asdict(params)),
-            "--seed",
-            str(seed),
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-        cwd="/",
-    )
-    log.close()
-    t0 = time.monotonic()
-    try:
-        while True:
-            time.sleep(0.2)
-            try:
-                st = FabricState.load(directory)
-            except StateError:
-                st = None
-            if st is not None and st.status in ("up", "degraded"):
-                break
-            if proc.poll() is not None or (st is not None and st.status == "failed"):
-                msg = st.message if st else ""
-                tail = _tail(directory / "supervisor.log")
-                proc.wait(10)
-                from testbed.fabric.cleanup import clean_fabric
-
-                clean_fabric(name)
-                raise CliError(f"fabric {name!r} failed to start: {msg or tail}")
-            if time.monotonic() - t0 > UP_TIMEOUT_S:
-                raise CliError(
-                    f"fabric {name!r} not up after {UP_TIMEOUT_S:g}s (see {directory}/supervisor.log)"
-                )
-    except (KeyboardInterrupt, CliError):
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                pass
-        from testbed.fabric.cleanup import clean_fabric
-
-        clean_fabric(name)
-        raise
-    return st
-
-
 def cmd_up(args: argparse.Namespace) -> int:
     params = params_from_args(args)  # validate before anything is created
     t0 = time.monotonic()
-    st = bring_up(args.name, params, args.seed, args.switch_processes)
-    fab = leaf_spine(params)
+    f = Fabric(params, name=args.name, seed=args.seed, switch_processes=args.switch_processes)
+    st = f.up().state()
+    fab = f.description
     print(
         f"fabric {args.name!r} up in {time.monotonic() - t0:.1f}s: {len(fab.hosts())} hosts, "
         f"{len(fab.switches())} switches, {len(fab.links)} links; {st.message}"
@@ -157,19 +78,6 @@ def cmd_up(args: argparse.Namespace) -> int:
         f"  try: testbed exec {'--name ' + args.name + ' ' if args.name != DEFAULT_NAME else ''}h1 -- ping -c1 {fab.host_ip(fab.hosts()[-1])}"
     )
     return 0
-
-
-def _tail(path, n: int = 600) -> str:
-    try:
-        return path.read_text(errors="replace")[-n:].strip().splitlines()[-1]
-    except (OSError, IndexError):
-        return ""
-
-
-def _root() -> str:
-    from pathlib import Path
-
-    return str(Path(__file__).resolve().parents[2])
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -192,75 +100,20 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
-    _need_root("testbed exec")
+    need_root("testbed exec")
     argv = list(args.command)
     if argv and argv[0] == "--":
         argv = argv[1:]
     if not argv:
         raise CliError("exec: no command given (testbed exec NODE -- CMD ...)")
-    st = client.state(args.name)
-    node = st.nodes.get(args.node)
-    if node is None:
-        raise CliError(
-            f"exec: no node {args.node!r} in fabric {args.name!r} (nodes: {', '.join(st.nodes)})"
-        )
-    return subprocess.call(["mnexec", "-a", str(node["pid"]), *argv])
-
-
-CTL_USAGE = """actions:
-  link-down A B | link-up A B | blackhole A B | heal A B
-  loss A B PERCENT | degrade A B MBPS | flap A B PERIOD_MS [COUNT]
-  switch-down NODE | switch-up NODE | plane-down K | plane-up K
-  link actions take --direction FROM,TO to act on one direction only (e.g. the ACK path)"""
-
-
-def ctl_request(action: str, rest: list[str], direction: str | None) -> dict:
-    """Parse `testbed ctl ACTION ARGS...` into a supervisor request (pure, tested)."""
-    from testbed.fabric.failures import ACTIONS, LINK_ACTIONS, NODE_ACTIONS
-
-    if action not in ACTIONS:
-        raise CliError(f"ctl: unknown action {action!r}\n{CTL_USAGE}")
-    req: dict = {"op": "ctl", "action": action}
-    want = {"loss": ["percent"], "degrade": ["mbps"], "flap": ["period_ms", "count?"]}.get(
-        action, []
-    )
-    if action in LINK_ACTIONS:
-        if len(rest) < 2:
-            raise CliError(f"ctl {action}: needs two adjacent nodes, e.g. {action} spine1 leaf2")
-        req["link"] = rest[:2]
-        rest = rest[2:]
-        if direction:
-            parts = direction.split(",")
-            if len(parts) != 2:
-                raise CliError(f"--direction: expected FROM,TO, got {direction!r}")
-            req["direction"] = parts
-    elif action in NODE_ACTIONS:
-        if len(rest) != 1:
-            raise CliError(f"ctl {action}: needs one switch name")
-        req["node"] = rest[0]
-        rest = []
-    else:
-        if len(rest) != 1 or not rest[0].isdigit():
-            raise CliError(f"ctl {action}: needs a plane number")
-        req["plane"] = int(rest[0])
-        rest = []
-    required = [w for w in want if not w.endswith("?")]
-    if len(rest) < len(required) or len(rest) > len(want):
-        raise CliError(
-            f"ctl {action}: expected {' '.join(w.upper() for w in want)} after the link, got {rest}"
-        )
-    for key, value in zip(want, rest, strict=False):
-        key = key.rstrip("?")
-        try:
-            req[key] = int(value) if key == "count" else float(value)
-        except ValueError:
-            raise CliError(f"ctl {action}: {key.upper()} must be a number, got {value!r}") from None
-    return req
+    try:
+        return Fabric.attach(args.name).exec(args.node, *argv).returncode
+    except FabricError as exc:
+        raise CliError(f"exec: {exc}") from None
 
 
 def cmd_ctl(args: argparse.Namespace) -> int:
-    req = ctl_request(args.action, args.args, args.direction)
-    reply = client.call(args.name, req)
+    reply = Fabric.attach(args.name).ctl(args.action, *args.args, direction=args.direction)
     print(
         f"{args.action} applied ({reply['steps']} switch changes)"
         if reply.get("steps") is not None
@@ -271,7 +124,7 @@ def cmd_ctl(args: argparse.Namespace) -> int:
 
 def cmd_counters(args: argparse.Namespace) -> int:
     if args.hosts:
-        hosts = client.call(args.name, {"op": "host-counters"})["hosts"]
+        hosts = Fabric.attach(args.name).host_counters()
         if args.json:
             print(json.dumps(hosts, indent=1))
         else:
@@ -281,7 +134,7 @@ def cmd_counters(args: argparse.Namespace) -> int:
                         f"{h:6} {nic:10} tx {c.get('tx_packets', '?'):>9}  NIC qdisc drops {c.get('qdisc_drops', '?')}"
                     )
         return 0
-    counters = client.call(args.name, {"op": "counters", "node": args.node})["counters"]
+    counters = Fabric.attach(args.name).counters(args.node)
     if args.json:
         print(json.dumps(counters, indent=1))
         return 0
@@ -305,48 +158,17 @@ def cmd_counters(args: argparse.Namespace) -> int:
     return 0
 
 
-def tear_down(name: str) -> None:
-    """Stop fabric `name` through its supervisor, then remove whatever is left of it.
-
-    Raises CliError naming what could not be removed."""
-    directory = run_dir(name)
-    try:
-        supervisor = [
-            p.pid for p in FabricState.load(directory).processes if p.role == "supervisor"
-        ]
-    except StateError:
-        supervisor = []
-    try:
-        client.call(name, {"op": "down"}, timeout=5)
-        deadline = time.monotonic() + 20
-        from testbed.fabric.cleanup import _exists
-
-        while (
-            directory.exists() or any(_exists(p) for p in supervisor)
-        ) and time.monotonic() < deadline:
-            time.sleep(0.1)
-    except client.ClientError:
-        pass  # supervisor gone: clean up from the state file below
-    from testbed.fabric.cleanup import clean_fabric, leftovers
-
-    clean_fabric(name)  # anything the supervisor could not remove
-    left = leftovers(name)
-    if left:
-        raise CliError(f"down: left behind {left}")
-
-
 def cmd_down(args: argparse.Namespace) -> int:
-    _need_root("testbed down")
+    need_root("testbed down")
     if not run_dir(args.name).exists():
         raise CliError(f"--name: no fabric named {args.name!r} is up")
-    tear_down(args.name)
+    Fabric.attach(args.name).down()
     print(f"fabric {args.name!r} down; nothing left behind")
     return 0
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
-    _need_root("testbed clean")
-    from testbed.fabric.cleanup import clean_all
+    need_root("testbed clean")
 
     done = clean_all(include_live=args.all)
     if not done:
@@ -357,25 +179,15 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from testbed.scenario.catalog import format_catalog, list_scenarios
 
     print(format_catalog(list_scenarios()))
     return 0
 
 
-def _load_for_run(args: argparse.Namespace):
+def _load_for_run(args: argparse.Namespace) -> Scenario:
     """Find and validate the scenario (and `--quick` it) before anything is created."""
-    from testbed.scenario.catalog import find_scenario
-    from testbed.scenario.model import ScenarioError, lint, load_scenario, quick
-
     try:
-        path = find_scenario(args.scenario)
-    except (FileNotFoundError, ValueError) as exc:
-        raise CliError(f"scenario: {exc}") from None
-    try:
-        sc = load_scenario(path)
-        if args.quick:
-            sc = quick(sc)
+        sc = load(args.scenario, quick_run=args.quick)
     except ScenarioError as exc:
         raise CliError(str(exc)) from None
     for warning in lint(sc):
@@ -384,7 +196,6 @@ def _load_for_run(args: argparse.Namespace):
 
 
 def _finish_run(outcome, args: argparse.Namespace) -> int:
-    from testbed.analysis.report import print_comparison
 
     print()
     print_comparison(outcome.summary, outcome.metrics)
@@ -408,105 +219,63 @@ def _finish_run(outcome, args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from testbed.experiment.runner import (
-        check_runnable,
-        default_out_dir,
-        run_scenario,
-        transports_arg,
-    )
-
     sc = _load_for_run(args)
     try:
         transports = transports_arg(args.transport) if args.transport else sc.transports
     except ValueError as exc:
         raise CliError(str(exc)) from None
     check_runnable(transports)
-    _need_root("testbed run")
+    need_root("testbed run")
     out = Path(args.out) if args.out else default_out_dir(sc)
     return _finish_run(run_scenario(sc, transports, out), args)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from testbed.experiment.runner import (
-        check_runnable,
-        default_out_dir,
-        run_scenario,
-        transports_arg,
-    )
-
     sc = _load_for_run(args)
     try:
         transports = transports_arg(args.transports)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     check_runnable(transports)
-    _need_root("testbed compare")
+    need_root("testbed compare")
     out = Path(args.out) if args.out else default_out_dir(sc)
     judged = [t for t in transports if t in sc.transports]
     return _finish_run(run_scenario(sc, transports, out, judged=judged), args)
 
 
 def cmd_cli(args: argparse.Namespace) -> int:
-    from testbed.cli.interactive import FabricCli
 
-    FabricCli(args.name).cmdloop()
+    FabricCli(args.name, dispatch=main).cmdloop()
     return 0
 
 
-# The benches that build a fabric of their own: module, run function, table function.
+# The benches that build a fabric of their own: run function, table function.
 FABRIC_BENCHES = {
-    "endpoint": ("testbed.bench.endpoint_bench", "run_endpoint_bench", "format_endpoint_table"),
-    "failover": ("testbed.bench.failover_bench", "run_failover_bench", "format_failover_table"),
-    "fabric": ("testbed.bench.fabric_bench", "run_fabric_bench", "format_fabric_table"),
+    "endpoint": (endpoint_bench.run_endpoint_bench, endpoint_bench.format_endpoint_table),
+    "failover": (failover_bench.run_failover_bench, failover_bench.format_failover_table),
+    "fabric": (fabric_bench.run_fabric_bench, fabric_bench.format_fabric_table),
 }
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    _need_root("testbed bench")
+    need_root("testbed bench")
     if args.what in FABRIC_BENCHES:
-        import importlib
-
-        from testbed.bench.endpoint_bench import BenchError
-
-        module, run, fmt = FABRIC_BENCHES[args.what]
-        bench = importlib.import_module(module)
+        run, table = FABRIC_BENCHES[args.what]
         try:
-            result = getattr(bench, run)(quick=args.quick)
-        except BenchError as exc:
+            result = run(quick=args.quick)
+        except endpoint_bench.BenchError as exc:
             raise CliError(str(exc)) from None
-        print(json.dumps(result, indent=1) if args.json else getattr(bench, fmt)(result))
+        print(json.dumps(result, indent=1) if args.json else table(result))
         return 0
-    from testbed.bench.switch_bench import BenchError, run_switch_bench
-
     try:
-        result = run_switch_bench(duration_s=args.duration, quick=args.quick)
-    except BenchError as exc:
+        result = switch_bench.run_switch_bench(duration_s=args.duration, quick=args.quick)
+    except switch_bench.BenchError as exc:
         raise CliError(str(exc)) from None
-    if args.json:
-        print(json.dumps(result, indent=1))
-    else:
-        from testbed.bench.switch_bench import format_table
-
-        print(format_table(result))
+    print(json.dumps(result, indent=1) if args.json else switch_bench.format_table(result))
     return 0
 
 
 def cmd_lab(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from testbed.labs.grading import (
-        LabError,
-        check_lab,
-        find_lab,
-        format_list,
-        format_report,
-        list_labs,
-    )
-
     try:
         if args.lab_cmd == "list":
             print(format_list(list_labs()))
@@ -600,8 +369,6 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("node", nargs="?")
     co.set_defaults(func=cmd_counters)
 
-    from testbed.fabric import fib_view
-
     fib_view.add_parsers(sub, named)
 
     named(
@@ -668,7 +435,15 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (CliError, TopologyError, StateError, client.ClientError, RunError) as exc:
+    except (
+        CliError,
+        FabricError,
+        FailureError,
+        TopologyError,
+        StateError,
+        client.ClientError,
+        RunError,
+    ) as exc:
         print(f"testbed: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -11,17 +11,24 @@ from __future__ import annotations
 import cmd
 import shlex
 import subprocess
+from collections.abc import Callable
 
-from testbed.fabric import client
+from testbed.fabric.session import Fabric
+
+# The command dispatcher (testbed.cli.commands.main) is handed in rather than imported: this
+# module sits below the command table, which imports it to serve `testbed cli`.
+Dispatch = Callable[[list[str]], int]
 
 
 class FabricCli(cmd.Cmd):
     intro = "testbed cli: '<node> <command>' runs in a node (h1 ping -c1 h3); help lists the rest"
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, dispatch: Dispatch) -> None:
         super().__init__()
         self.name = name
-        self.state = client.state(name)
+        self.dispatch = dispatch
+        self.fabric = Fabric.attach(name)
+        self.state = self.fabric.state()
         self.prompt = f"testbed:{name}> "
         self.ips = {
             n: next((i["ip"] for i in v.get("interfaces", []) if i.get("ip")), None)
@@ -30,7 +37,7 @@ class FabricCli(cmd.Cmd):
 
     def _run(self, node: str, argv: list[str]) -> int:
         argv = [self.ips.get(a) or a if a in self.ips else a for a in argv]
-        return subprocess.call(["mnexec", "-a", str(self.state.nodes[node]["pid"]), *argv])
+        return self.fabric.exec(node, *argv).returncode
 
     def default(self, line: str) -> None:
         parts = shlex.split(line)
@@ -70,9 +77,7 @@ class FabricCli(cmd.Cmd):
         )
 
     def _quiet(self, node: str, argv: list[str]) -> int:
-        return subprocess.call(
-            ["mnexec", "-a", str(self.state.nodes[node]["pid"]), *argv], stdout=subprocess.DEVNULL
-        )
+        return subprocess.call(self.fabric.in_node(node) + argv, stdout=subprocess.DEVNULL)
 
     def do_ctl(self, arg: str) -> None:
         "ctl ACTION ARGS... [--direction A,B]: apply a failure (see testbed ctl --help)."
@@ -87,9 +92,7 @@ class FabricCli(cmd.Cmd):
         self._testbed(["inspect"])
 
     def _testbed(self, argv: list[str]) -> None:
-        from testbed.cli.commands import main
-
-        main([argv[0], "--name", self.name, *argv[1:]])
+        self.dispatch([argv[0], "--name", self.name, *argv[1:]])
 
     def do_exit(self, _arg: str) -> bool:
         "Leave the prompt (the fabric stays up)."

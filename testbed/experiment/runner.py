@@ -5,7 +5,7 @@ One run per transport, each on a fabric of its own (built from the scenario's to
 torn down after), so no transport inherits another's queues, counters or half-healed links:
 
 1. the scenario is validated whole before anything is created (`load_scenario`);
-2. `bring_up` builds the fabric; the endpoint processes (``mrc``, ``single-path``,
+2. `Fabric.up` builds the fabric; the endpoint processes (``mrc``, ``single-path``,
    ``spray-no-failover``) or the kernel baselines (``tcp``, ``mptcp``:
    `testbed.harness.kernel_baseline`) are started in the workload's hosts;
 3. the workload starts everywhere at once (t0); a timeline thread applies each event at
@@ -33,14 +33,16 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
+from rich.live import Live
+
 from endpoint.control import ControlError
+from endpoint.metrics import placed_samples
 from testbed.analysis.metrics import (
     AppliedEvent,
     Emulation,
@@ -51,10 +53,18 @@ from testbed.analysis.metrics import (
     emulation_warning,
     measure,
 )
+from testbed.analysis.plots import event_marks, plot_run
+from testbed.analysis.report import write_report, write_summary, write_timeseries_csv
 from testbed.experiment.errors import RunError
 from testbed.fabric import client
+from testbed.fabric.cleanup import clean_fabric
+from testbed.fabric.lifecycle import tear_down
+from testbed.fabric.paths import predict_path
+from testbed.fabric.session import Fabric, new_name
+from testbed.harness.endpoints import FabricEndpoints
 from testbed.harness.kernel_baseline import BaselineError, KernelBaseline
-from testbed.scenario.model import (
+from testbed.scenario import (
+    TRANSPORTS,
     AllreduceWorkload,
     Event,
     Scenario,
@@ -108,8 +118,6 @@ class Progress:
     def begin(self, title: str) -> None:
         self.line(title)
         if self.live:
-            from rich.live import Live
-
             self._rich = Live("", refresh_per_second=4, transient=True)
             self._rich.start()
 
@@ -320,7 +328,6 @@ def endpoint_run(
     path_of: Callable[[str, str, int], str] | None = None,
 ) -> TransportRun:
     """What `measure` needs, from every host's metrics records and final job status."""
-    from endpoint.metrics import placed_samples
 
     deliveries: list[tuple[float, int]] = []
     messages: list[Message] = []
@@ -384,7 +391,6 @@ def endpoint_run(
 def _path_namer(sc: Scenario, seed: int) -> Callable[[str, str, int], str]:
     """(sending host, destination address, EV) -> "via spine1" (or the leaf, within one leaf),
     with the switches' own hash: the path each EV's packets took on the healthy fabric."""
-    from testbed.fabric.paths import predict_path
 
     fab = sc.fabric()
     by_addr = {
@@ -417,15 +423,9 @@ def _keep_files(src: Path, dst: Path) -> None:
 # ----- one transport ---------------------------------------------------------------------------
 
 
-def fabric_name() -> str:
-    return "r" + uuid.uuid4().hex[:6]
-
-
 def run_transport(sc: Scenario, transport: str, workdir: Path, progress: Progress) -> RunResult:
     """Build a fabric, run the workload under the timeline, collect, tear down (always)."""
-    from testbed.cli.commands import bring_up, tear_down
-
-    name = fabric_name()
+    name = new_name("r")
     hosts = workload_hosts(sc)
     fab = sc.fabric()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -434,10 +434,8 @@ def run_transport(sc: Scenario, transport: str, workdir: Path, progress: Progres
     eps = baseline = timeline = monitor = None
     cpu0 = _cpu_times()
     try:
-        bring_up(name, sc.topology.params(), sc.seed)
+        Fabric(sc.topology.params(), name=name, seed=sc.seed).up()
         if transport in ENDPOINT_TRANSPORTS:
-            from testbed.bench.endpoint_bench import FabricEndpoints
-
             # Sockets live in a short temporary path (AF_UNIX paths are limited to 108 bytes);
             # the metrics files are copied into the results folder once the run is over.
             eps = FabricEndpoints(name, fab, hosts, pace_mbps=sc.topology.link_mbps)
@@ -526,8 +524,6 @@ def run_transport(sc: Scenario, transport: str, workdir: Path, progress: Progres
                 baseline.stop()
         with contextlib.suppress(Exception):
             tear_down(name)
-        from testbed.fabric.cleanup import clean_fabric
-
         clean_fabric(name)
 
 
@@ -596,8 +592,6 @@ def run_scenario(
         }
         if r.note:
             entry["note"] = r.note
-    from testbed.analysis.plots import event_marks, plot_run
-    from testbed.analysis.report import write_report, write_summary, write_timeseries_csv
 
     write_summary(out_dir, summary)
     write_timeseries_csv(out_dir, metrics)
@@ -631,7 +625,6 @@ def check_runnable(transports: Sequence[str]) -> None:
 
 def transports_arg(text: str) -> list[str]:
     """`--transports a,b,c`, validated: one line naming a bad one."""
-    from testbed.scenario.model import TRANSPORTS
 
     names = [t.strip() for t in text.split(",") if t.strip()]
     for t in names:

@@ -55,17 +55,17 @@ def _kill(pids: list[int], grace_s: float) -> list[int]:
     alive = list(pids)
     while alive and time.monotonic() < deadline:
         time.sleep(0.05)
-        alive = [p for p in alive if _exists(p)]
+        alive = [p for p in alive if pid_exists(p)]
     for pid in alive:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
     time.sleep(0.05)
-    return [p for p in alive if _exists(p)]
+    return [p for p in alive if pid_exists(p)]
 
 
-def _exists(pid: int) -> bool:
+def pid_exists(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -108,7 +108,7 @@ def is_live(name: str) -> bool:
     except StateError:
         return False
     return any(
-        p.role == "supervisor" and process_start_ticks(p.pid) == p.start_ticks and _exists(p.pid)
+        p.role == "supervisor" and process_start_ticks(p.pid) == p.start_ticks and pid_exists(p.pid)
         for p in st.processes
     )
 

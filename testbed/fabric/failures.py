@@ -162,3 +162,57 @@ def _switch_steps(fab: Fabric, switches: list[str], up: bool) -> list:
             if _is_switch(fab, peer) and peer not in switches:
                 steps.append(SwitchStep(peer, {"op": "port", "port": intf.peer_name, "up": up}))
     return steps
+
+
+CTL_USAGE = """actions:
+  link-down A B | link-up A B | blackhole A B | heal A B
+  loss A B PERCENT | degrade A B MBPS | flap A B PERIOD_MS [COUNT]
+  switch-down NODE | switch-up NODE | plane-down K | plane-up K
+  link actions take --direction FROM,TO to act on one direction only (e.g. the ACK path)"""
+
+
+def ctl_request(action: str, rest: list[str], direction: str | None = None) -> dict:
+    """Parse ``ACTION ARGS...`` (the words of `testbed ctl`, `Fabric.ctl`) into a supervisor
+    request. Pure; the supervisor checks the names against the fabric."""
+    if action not in ACTIONS:
+        raise FailureError(f"ctl: unknown action {action!r}\n{CTL_USAGE}")
+    req: dict = {"op": "ctl", "action": action}
+    want = {"loss": ["percent"], "degrade": ["mbps"], "flap": ["period_ms", "count?"]}.get(
+        action, []
+    )
+    if action in LINK_ACTIONS:
+        if len(rest) < 2:
+            raise FailureError(
+                f"ctl {action}: needs two adjacent nodes, e.g. {action} spine1 leaf2"
+            )
+        req["link"] = rest[:2]
+        rest = rest[2:]
+        if direction:
+            parts = direction.split(",")
+            if len(parts) != 2:
+                raise FailureError(f"--direction: expected FROM,TO, got {direction!r}")
+            req["direction"] = parts
+    elif action in NODE_ACTIONS:
+        if len(rest) != 1:
+            raise FailureError(f"ctl {action}: needs one switch name")
+        req["node"] = rest[0]
+        rest = []
+    else:
+        if len(rest) != 1 or not rest[0].isdigit():
+            raise FailureError(f"ctl {action}: needs a plane number")
+        req["plane"] = int(rest[0])
+        rest = []
+    required = [w for w in want if not w.endswith("?")]
+    if len(rest) < len(required) or len(rest) > len(want):
+        raise FailureError(
+            f"ctl {action}: expected {' '.join(w.upper() for w in want)} after the link, got {rest}"
+        )
+    for key, value in zip(want, rest, strict=False):
+        key = key.rstrip("?")
+        try:
+            req[key] = int(value) if key == "count" else float(value)
+        except ValueError:
+            raise FailureError(
+                f"ctl {action}: {key.upper()} must be a number, got {value!r}"
+            ) from None
+    return req

@@ -51,6 +51,7 @@ class FabricState:
     status: str = "starting"  # starting | up | degraded | failed | stopping
     message: str = ""
     params: dict = field(default_factory=dict)
+    seed: int = 1  # ECMP hash seeds derive from it
     processes: list[ProcessRecord] = field(default_factory=list)
     nodes: dict[str, dict] = field(default_factory=dict)  # name -> {kind, pid, plane, intfs...}
     switch_sockets: dict[str, str] = field(default_factory=dict)

@@ -35,7 +35,7 @@ class Supervisor:
         self.name = name
         self.dir = run_dir(name)
         self.fabric = leaf_spine(params)
-        self.state = FabricState(name=name, params=self.fabric.to_dict()["params"])
+        self.state = FabricState(name=name, params=self.fabric.to_dict()["params"], seed=seed)
         self.state.processes.append(record("supervisor", "-", os.getpid()))
         self.state.save(self.dir)
         self.builder = FabricBuilder(self.fabric, self.state, self.dir, seed=seed)

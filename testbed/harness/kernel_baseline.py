@@ -101,9 +101,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from testbed.analysis.metrics import Message, TransportRun
 from testbed.fabric import client
-from testbed.scenario.model import AllreduceWorkload, Flow, Scenario, flows, workload_hosts
+from testbed.harness.records import Message, TransportRun
+from testbed.scenario import AllreduceWorkload, Flow, Scenario, flows, workload_hosts
 
 PORT_BASE = 5201
 SIGNAL_PORT_BASE = 7001

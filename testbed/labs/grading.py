@@ -199,8 +199,8 @@ def load_lab(lab_dir: Path) -> Lab:
 
 
 def _lab_scenario(path: Path, key: str, lab_dir: Path, entry: object) -> LabScenario:
+    from testbed.scenario import TRANSPORTS, ScenarioError, load_scenario
     from testbed.scenario.catalog import SCENARIO_DIR
-    from testbed.scenario.model import TRANSPORTS, ScenarioError, load_scenario
 
     if not isinstance(entry, dict):
         raise _fail(path, key, "must be a mapping {file, transports, quick, require}")
@@ -533,7 +533,7 @@ def run_scenarios(
     lab: Lab, code_dir: Path, results_dir: Path, out: Callable[[str], None] = print
 ) -> tuple[list[CheckResult], list[Path]]:
     """Each lab scenario, short, on its own fabric, with the student's files plugged in."""
-    from testbed.scenario.model import load_scenario
+    from testbed.scenario import load_scenario
 
     results: list[CheckResult] = []
     folders: list[Path] = []

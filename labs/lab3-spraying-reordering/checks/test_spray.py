@@ -13,7 +13,7 @@ import pytest
 
 from testbed.fabric.paths import predict_path
 from testbed.labs.grading import load_student
-from testbed.scenario.model import load_scenario
+from testbed.scenario import load_scenario
 
 LAB = Path(__file__).resolve().parent.parent
 RESULTS = LAB / "results"

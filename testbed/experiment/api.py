@@ -1,0 +1,88 @@
+"""Running scenarios from Python: `load`, `validate` and `run`, the calls behind `testbed run`.
+
+A scenario may be given as a shipped scenario's name (``"silent-blackhole"``), a YAML path, a
+dict with the same keys as the file, or an already validated `Scenario`. Everything is checked
+before anything is built, exactly as on the command line, so a script gets the same one-line
+`ScenarioError` a user of the CLI would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from testbed.experiment.runner import (
+    Outcome,
+    Progress,
+    check_runnable,
+    default_out_dir,
+    run_scenario,
+    transports_arg,
+)
+from testbed.fabric.lifecycle import need_root
+from testbed.scenario import Scenario, load_scenario, quick
+from testbed.scenario import validate as validate_dict
+from testbed.scenario.catalog import find_scenario
+
+ScenarioLike = Scenario | Mapping[str, Any] | str | Path
+
+
+def load(scenario: ScenarioLike, *, quick_run: bool = False) -> Scenario:
+    """The validated scenario behind `scenario` (name, path, dict or Scenario).
+
+    `quick_run`: shorten the timeline to a quarter (what ``--quick`` does)."""
+    if isinstance(scenario, Scenario):
+        sc = scenario
+    elif isinstance(scenario, Mapping):
+        sc = validate_dict(dict(scenario))
+    else:
+        sc = load_scenario(find_scenario(str(scenario)))
+    return quick(sc) if quick_run else sc
+
+
+def validate(scenario: ScenarioLike) -> Scenario:
+    """Check a scenario completely (shape and meaning) without building anything."""
+    return load(scenario)
+
+
+def run_outcome(
+    scenario: ScenarioLike,
+    *,
+    transports: Sequence[str] | str | None = None,
+    out: str | Path | None = None,
+    quick_run: bool = False,
+    progress: Progress | None = None,
+) -> Outcome:
+    """`run`, returning the whole `Outcome` (summary, metrics, plots, pass/fail)."""
+    sc = load(scenario, quick_run=quick_run)
+    if transports is None:
+        chosen = list(sc.transports)
+    elif isinstance(transports, str):
+        chosen = transports_arg(transports)
+    else:
+        chosen = transports_arg(",".join(transports))
+    check_runnable(chosen)
+    need_root("testbed run")
+    out_dir = Path(out) if out is not None else default_out_dir(sc)
+    return run_scenario(sc, chosen, out_dir, progress=progress)
+
+
+def run(
+    scenario: ScenarioLike,
+    *,
+    transports: Sequence[str] | str | None = None,
+    out: str | Path | None = None,
+    quick_run: bool = False,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Run a scenario once per transport on fresh fabrics and return its summary (the content
+    of ``summary.json``); the results folder (report, CSVs, plots) is `out`, default
+    ``results/NAME-TIMESTAMP``. `transports` defaults to the scenario's own. Needs root."""
+    outcome = run_outcome(
+        scenario, transports=transports, out=out, quick_run=quick_run, progress=progress
+    )
+    summary = dict(outcome.summary)
+    summary["out_dir"] = str(outcome.out_dir)
+    summary["passed"] = outcome.passed
+    return summary

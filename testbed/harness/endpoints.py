@@ -1,0 +1,176 @@
+"""Endpoint processes: one ``python -m endpoint`` per host, and the coordinator that drives them.
+
+A job runs in four moves that every caller shares (the runner, the benches, the labs): start
+the processes (`EndpointProcs` / `FabricEndpoints`), `start` a job on each over its control
+socket, `go` at once on all of them, then `wait` and read each host's metrics file. Processes
+are started through a launcher prefix that execs in place (``mnexec -a PID`` into a fabric
+host, ``ip netns exec`` into a bare namespace), so the PID we hold is the endpoint's own and we
+never kill anything by name. Each dies with its parent (PR_SET_PDEATHSIG), so a crashed caller
+leaves no endpoint behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from contracts.runtime import PACKAGE_ROOT, child_env
+from endpoint.control import Coordinator
+from endpoint.metrics import read_records
+from testbed.fabric import client
+
+PR_SET_PDEATHSIG = 1
+
+
+class HarnessError(RuntimeError):
+    """An endpoint process could not be started or driven; the message names the host."""
+
+
+def _die_with_parent() -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class EndpointProcs:
+    """Endpoint processes started by this code (each through a launcher prefix, e.g. mnexec or
+    ip netns exec, that execs in place so the PID is the endpoint's), and their coordinator."""
+
+    def __init__(self, config: dict, launch: dict[str, list[str]], workdir: str | None = None):
+        self.config = config
+        self.dir = Path(workdir or tempfile.mkdtemp(prefix="tbe-ep-"))
+        self._own_dir = workdir is None
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.logs: list = []
+        self.coordinator: Coordinator | None = None
+        cfg = json.dumps(config)
+        try:
+            for host, prefix in launch.items():
+                err = open(self.dir / f"{host}.log", "wb")  # noqa: SIM115 - closed in stop()
+                self.logs.append(err)
+                self.procs[host] = subprocess.Popen(
+                    [
+                        *prefix,
+                        sys.executable,
+                        "-m",
+                        "endpoint",
+                        "--host",
+                        host,
+                        "--config",
+                        cfg,
+                        "--control",
+                        str(self.sock(host)),
+                        "--metrics",
+                        str(self.metrics_path(host)),
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                    env=child_env(),
+                    cwd=PACKAGE_ROOT,
+                    preexec_fn=_die_with_parent,
+                )
+            for host, p in self.procs.items():
+                line = p.stdout.readline().decode(errors="replace")
+                if not line.startswith("ready"):
+                    raise HarnessError(f"endpoint {host} did not start: {self.log(host)}")
+            self.coordinator = Coordinator({h: str(self.sock(h)) for h in self.procs})
+        except BaseException:
+            self.stop()
+            raise
+
+    def sock(self, host: str) -> Path:
+        return self.dir / f"{host}.sock"
+
+    def metrics_path(self, host: str) -> Path:
+        return self.dir / f"{host}.jsonl"
+
+    def log(self, host: str) -> str:
+        try:
+            return (self.dir / f"{host}.log").read_text(errors="replace")[-2000:]
+        except OSError:
+            return ""
+
+    def records(self, host: str) -> list[dict]:
+        return read_records(self.metrics_path(host))
+
+    def stop(self) -> dict[str, int | None]:
+        """Clean stop over the control socket, then SIGTERM/SIGKILL by PID what is left."""
+        if self.coordinator is not None:
+            self.coordinator.stop()
+            self.coordinator = None
+        codes = {}
+        for host, p in self.procs.items():
+            try:
+                codes[host] = p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    codes[host] = p.wait(3)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    codes[host] = p.wait()
+            if p.stdout:
+                p.stdout.close()
+        for f in self.logs:
+            f.close()
+        self.logs.clear()
+        return codes
+
+    def cleanup(self) -> None:
+        if self._own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def fabric_endpoint_config(fab, hosts: list[str] | None = None, **extra) -> dict:
+    """The endpoint ``--config`` of a fabric description (``topologies.Fabric``)."""
+    planes = sorted({i.plane for i in fab.interfaces[fab.hosts()[0]]})
+    hosts = hosts or fab.hosts()
+    return {"hosts": {h: [fab.host_ip(h, p) for p in planes] for h in hosts}, **extra}
+
+
+class FabricEndpoints(EndpointProcs):
+    """One endpoint process in each given host of a running fabric (started with mnexec)."""
+
+    def __init__(
+        self,
+        name: str,
+        fab,
+        hosts: list[str] | None = None,
+        workdir: str | None = None,
+        **config_extra,
+    ) -> None:
+        st = client.state(name)
+        hosts = hosts or fab.hosts()
+        launch = {h: ["mnexec", "-a", str(st.nodes[h]["pid"])] for h in hosts}
+        super().__init__(
+            fabric_endpoint_config(fab, fab.hosts(), **config_extra), launch, workdir=workdir
+        )
+
+
+def run_job(
+    eps: EndpointProcs, job: int, request: dict, timeline=(), timeout: float = 60.0
+) -> dict:
+    """start on every endpoint, go on every endpoint, apply ``timeline`` ((at_s, fn) pairs,
+    seconds after the first go), then wait for every endpoint to finish the job."""
+    co = eps.coordinator
+    co.start(job, request)
+    go = co.go(job)
+    t0 = min(go.values())
+    applied = []
+    for at, fn in sorted(timeline, key=lambda e: e[0]):
+        delay = t0 + at - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)  # a scenario timeline is wall-clock by definition
+        before = time.monotonic()
+        fn()
+        applied.append((before, time.monotonic()))
+    status = co.wait(job, timeout)
+    return {"go": go, "t0": t0, "status": status, "applied": applied}

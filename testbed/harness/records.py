@@ -1,0 +1,43 @@
+"""What a harness hands to the analysis for one transport: plain records, no computation.
+
+The endpoint harness (from the endpoints' metrics files) and the kernel baselines (from iperf3
+and the hosts' counters) both reduce a run to these, so the analysis (testbed.analysis.metrics)
+has one input whatever carried the bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Message:
+    """A unit of application data: posted at `start_s`, complete at `done_s` (None = never)."""
+
+    start_s: float
+    bytes: int
+    done_s: float | None
+
+
+@dataclass
+class TransportRun:
+    """What the runner collected for one transport (the input of `measure`).
+
+    deliveries: (time, bytes newly delivered) samples, in any order, at any granularity.
+    messages: every message the workload posted (flows; for allreduce one per hop per step).
+    steps: (start, end or None) of each all-reduce step that started.
+    end_s: when measurement stopped.
+    retransmits: counts by reason, e.g. {"nack": 12, "timeout": 1, "probe": 3}.
+    trims: trimmed packets counted by the switches while this transport ran.
+    ev_bytes: optional per-EV (or per-path) sent bytes in `BIN_S` bins, for plots only.
+    """
+
+    transport: str
+    deliveries: Sequence[tuple[float, int]]
+    messages: Sequence[Message]
+    end_s: float
+    retransmits: Mapping[str, int] = field(default_factory=dict)
+    trims: int = 0
+    steps: Sequence[tuple[float, float | None]] = ()
+    ev_bytes: Mapping[str, Sequence[float]] = field(default_factory=dict)
