@@ -18,13 +18,14 @@ setup:
 
 test: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest
 
 demo: setup
 	bash scripts/demo.sh
 
 lint:
-	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/lint-imports
 
 format:
 	$(VENV)/bin/ruff format . && $(VENV)/bin/ruff check --fix .
