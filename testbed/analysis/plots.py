@@ -16,15 +16,27 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
-import matplotlib
+from testbed.analysis.metrics import AppliedEvent, TransportMetrics, percentiles
+from testbed.scenario import FAILURE_ACTIONS
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-from matplotlib.ticker import FuncFormatter  # noqa: E402
+if TYPE_CHECKING:
+    import matplotlib.pyplot as plt
 
-from testbed.analysis.metrics import AppliedEvent, TransportMetrics, percentiles  # noqa: E402
-from testbed.scenario import FAILURE_ACTIONS  # noqa: E402
+
+def _pyplot() -> ModuleType:
+    """matplotlib.pyplot on the Agg backend, imported on first use. Lazy on purpose: it costs
+    ~0.4 s, and every `testbed` command imports this module through the runner, while only a
+    finished run draws."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as pyplot
+
+    return pyplot
+
 
 # No red or green here: those are the event markers' colours.
 TRANSPORT_COLOURS = {
@@ -91,7 +103,7 @@ def _finish(fig: plt.Figure, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=DPI)
-    plt.close(fig)
+    _pyplot().close(fig)
     return path
 
 
@@ -105,6 +117,7 @@ def plot_goodput(
     smooth_bins: int = 5,
 ) -> Path:
     """Goodput over time per transport: raw 10 ms bins faintly, a moving average on top."""
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10, 4.2))
     top = 0.0
     for i, (name, (times, mbps)) in enumerate(series.items()):
@@ -166,6 +179,7 @@ def plot_ev_share(
     shares = {
         k: [r[i] / sums[i] if sums[i] > 0 else math.nan for i in range(n)] for k, r in rows.items()
     }
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10, 4.2))
     cmap = plt.get_cmap("tab10")
     colours = [cmap(i % 10) for i in range(len(shares))]
@@ -207,6 +221,7 @@ def plot_step_cdf(
     says how many steps never finished: the honest picture of a P100 that is "never".
     """
     unfinished = unfinished or {}
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.6))
     finite = [v for vals in step_ms.values() for v in vals if v > 0]
     log = bool(finite) and max(finite) / min(finite) > 20
@@ -242,6 +257,8 @@ def plot_step_cdf(
         )
     if log:
         ax.set_xscale("log")
+        from matplotlib.ticker import FuncFormatter  # with pyplot (see _pyplot)
+
         plain = FuncFormatter(lambda v, _: f"{v:g}")
         ax.xaxis.set_major_formatter(plain)
         ax.xaxis.set_minor_formatter(
@@ -278,6 +295,7 @@ def plot_ports(
     {reason: n}}. Only the `max_ports` ports with the deepest queues (top) and the most
     trims + drops (bottom) are shown: a fabric has dozens of ports, most of them idle.
     """
+    plt = _pyplot()
     fig, (ax_q, ax_c) = plt.subplots(2, 1, figsize=(10, 6.8), gridspec_kw={"height_ratios": [3, 2]})
     busiest = sorted(queues, key=lambda p: -max(queues[p][1], default=0))[:max_ports]
     cmap = plt.get_cmap("tab10")

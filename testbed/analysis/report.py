@@ -16,6 +16,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from rich.console import Console
+from rich.table import Table
+
 from contracts.sizes import format_size
 from testbed.analysis.metrics import BIN_S, TransportMetrics
 from testbed.scenario import FAILURE_ACTIONS, Scenario
@@ -352,8 +355,6 @@ def print_comparison(
     if not rich_output:
         print(format_comparison_plain(summary, metrics), file=file)
         return
-    from rich.console import Console
-    from rich.table import Table
 
     names, rows = comparison_rows(summary, metrics)
     table = Table(title=f"{summary['scenario']}", title_justify="left")

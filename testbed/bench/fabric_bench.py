@@ -44,6 +44,7 @@ from testbed.bench.endpoint_bench import (
     switch_counters,
     transfer_metrics,
 )
+from testbed.fabric import client
 from testbed.fabric.switch_layout import LAYOUTS, PER_NODE, SHARED
 from testbed.harness.endpoints import FabricEndpoints, run_job
 from topologies import leaf_spine
@@ -55,7 +56,6 @@ TCP_PAYLOAD_SHARE = 1448 / 1514  # TCP payload per full frame (timestamps on), a
 
 
 def _pids(name: str) -> dict:
-    from testbed.fabric import client
 
     st = client.state(name)
     return {

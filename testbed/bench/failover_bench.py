@@ -21,10 +21,12 @@ step, since 0 means it recovered in the very first window).
 
 from __future__ import annotations
 
+import bisect
 import os
 import statistics
 import time
 
+from testbed.analysis import metrics as tm
 from testbed.bench.endpoint_bench import (
     BenchError,
     _testbed,
@@ -34,7 +36,9 @@ from testbed.bench.endpoint_bench import (
     kernel_drops,
     transfer_metrics,
 )
+from testbed.fabric.paths import source_ports_via
 from testbed.harness.endpoints import run_job
+from topologies import leaf_spine
 
 LINK_MBPS = 100
 BLACKHOLE = ("spine1", "leaf2")
@@ -56,9 +60,6 @@ def sliding_failover_ms(
     window every 10 ms piece capped at that level, so one burst of held-back bytes is not a
     recovery) with the window sliding instead of sitting on the clock's 10 ms bins. None if
     no window before `end_s` recovers or there is no healthy level to recover to."""
-    import bisect
-
-    from testbed.analysis import metrics as tm
 
     times = [t for t, _ in deliveries]
     cum = [0]
@@ -98,7 +99,6 @@ def _median(values: list) -> float | None:
 
 def one_run(name: str, fab, eps, job: int, mode: str, nbytes: int) -> dict:
     """One bulk transfer of `mode` with the black hole in the middle of it."""
-    from testbed.fabric.paths import source_ports_via
 
     req: dict = {
         "workload": {"kind": "bulk", "src": "h1", "dst": "h3", "bytes": nbytes},
@@ -161,7 +161,6 @@ def _round(x: float | None) -> float | None:
 
 def run_failover_bench(quick: bool = False) -> dict:
     """The whole failover bench; returns the DESIGN.md "Benchmark output"-shaped object."""
-    from topologies import leaf_spine
 
     if os.geteuid() != 0:
         raise BenchError("bench failover needs root (it creates network namespaces): use sudo")

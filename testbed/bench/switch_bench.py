@@ -46,6 +46,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from switch.config import FibConfig, PortConfig, SwitchConfig
+from switch.control import request
+
 REPO = Path(__file__).resolve().parents[2]
 LOADGEN_SRC = Path(__file__).with_name("loadgen.c")
 
@@ -502,7 +505,6 @@ class SwitchDut(Dut):
         self.control = ""
 
     def config(self):
-        from switch.config import FibConfig, PortConfig, SwitchConfig
 
         q = self.queue_kb
         return SwitchConfig(
@@ -534,7 +536,6 @@ class SwitchDut(Dut):
         bed.wait_line(self.proc, "forwarding on")
 
     def counters(self) -> dict:
-        from switch.control import request
 
         return request(self.control, {"op": "counters"}, timeout=5.0)["counters"]
 
@@ -1089,6 +1090,8 @@ def _serve(kind: str, rx_if: str, tx_if: str, src_mac: str, dst_mac: str) -> int
                 n = recv_into(buf)
                 send(view[:n])
         else:
+            # Lazy on purpose: scapy costs ~0.5 s to import, and only this baseline (the naive
+            # per-packet scapy forwarder, run as a child process) needs it.
             from scapy.layers.inet import IP, UDP
             from scapy.layers.l2 import Ether
 
