@@ -9,8 +9,9 @@ import time
 
 import pytest
 
-from testbed.experiment.runner import endpoint_run, endpoint_workload, transports_arg
+from testbed.experiment.runner import transports_arg
 from testbed.fabric.state import RUN_ROOT
+from testbed.harness.endpoint_driver import endpoint_run, endpoint_workload
 from testbed.scenario import flows, validate
 from tests.conftest import ROOT
 

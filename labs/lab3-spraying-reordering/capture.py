@@ -32,8 +32,8 @@ LAB = Path(__file__).resolve().parent
 REPO = LAB.parent.parent
 sys.path.insert(0, str(REPO))
 
-from testbed.experiment.runner import endpoint_workload  # noqa: E402
 from testbed.fabric.session import Fabric  # noqa: E402
+from testbed.harness.endpoint_driver import endpoint_workload  # noqa: E402
 from testbed.harness.endpoints import FabricEndpoints  # noqa: E402
 from testbed.scenario import flows, load_scenario, quick  # noqa: E402
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import shutil
 import statistics
 import subprocess
@@ -42,11 +41,9 @@ from typing import Any, TextIO
 from rich.live import Live
 
 from endpoint.control import ControlError
-from endpoint.metrics import placed_samples
 from testbed.analysis.metrics import (
     AppliedEvent,
     Emulation,
-    Message,
     TransportMetrics,
     TransportRun,
     build_summary,
@@ -59,22 +56,17 @@ from testbed.experiment.errors import RunError
 from testbed.fabric import client
 from testbed.fabric.cleanup import clean_fabric
 from testbed.fabric.lifecycle import tear_down
-from testbed.fabric.paths import predict_path
 from testbed.fabric.session import Fabric, new_name
-from testbed.harness.endpoints import FabricEndpoints
-from testbed.harness.kernel_baseline import BaselineError, KernelBaseline
+from testbed.harness.driver import Driver, driver_for
+from testbed.harness.endpoint_driver import EndpointDriver
+from testbed.harness.kernel_baseline import BaselineError
 from testbed.scenario import (
     TRANSPORTS,
-    AllreduceWorkload,
     Event,
     Scenario,
-    flows,
     workload_hosts,
 )
 
-ENDPOINT_TRANSPORTS = ("mrc", "single-path", "spray-no-failover")
-KERNEL_TRANSPORTS = ("tcp", "mptcp")
-JOB = 1
 MONITOR_S = 0.25  # switch queue sampling and progress refresh
 JITTER_TICK_S = 0.002  # the jitter probe's sleep
 WAIT_GRACE_S = 0.5  # after duration_s, how long a finishing workload may still take to report
@@ -143,19 +135,6 @@ class Progress:
 def ctl_request(event: Event) -> dict:
     """The supervisor request applying one scenario event (the same plan `testbed ctl` uses)."""
     return {"op": "ctl", **event.plan_kwargs()}
-
-
-def endpoint_workload(sc: Scenario) -> dict:
-    """The endpoint job's workload: the scenario's traffic matrix, one definition for both."""
-    w = sc.workload
-    if isinstance(w, AllreduceWorkload):
-        return {
-            "kind": "allreduce",
-            "hosts": workload_hosts(sc),
-            "bytes": w.bytes,
-            "steps": w.steps,
-        }
-    return {"kind": "flows", "flows": [[f.src, f.dst, f.bytes] for f in flows(sc)]}
 
 
 def _cpu_times() -> tuple[float, float]:
@@ -291,240 +270,79 @@ class Timeline(threading.Thread):
         return [AppliedEvent(e, self.applied.get(i)) for i, e in enumerate(self.events)]
 
 
-# ----- endpoint metrics → TransportRun ---------------------------------------------------------
-
-
-class _LiveBytes:
-    """Bytes placed so far at the receivers, read incrementally from their metrics files."""
-
-    def __init__(self, paths: Sequence[Path]) -> None:
-        self.offsets = dict.fromkeys(paths, 0)
-        self.total = 0
-
-    def __call__(self) -> int:
-        for p, off in self.offsets.items():
-            try:
-                with open(p, "rb") as f:
-                    f.seek(off)
-                    data = f.read()
-            except OSError:
-                continue
-            end = data.rfind(b"\n") + 1
-            self.offsets[p] = off + end
-            for line in data[:end].splitlines():
-                if b'"type": "bin"' not in line and b'"type":"bin"' not in line:
-                    continue
-                with contextlib.suppress(ValueError):
-                    self.total += json.loads(line).get("placed", 0)
-        return self.total
-
-
-def endpoint_run(
-    transport: str,
-    records: dict[str, list[dict]],
-    statuses: dict[str, dict],
-    t0: float,
-    end_s: float,
-    path_of: Callable[[str, str, int], str] | None = None,
-) -> TransportRun:
-    """What `measure` needs, from every host's metrics records and final job status."""
-
-    deliveries: list[tuple[float, int]] = []
-    messages: list[Message] = []
-    retransmits: dict[str, int] = {}
-    steps: list[tuple[float, float | None]] = []
-    ev_bins: dict[str, dict[int, float]] = {}
-    for host, recs in records.items():
-        deliveries += [(t - t0, n) for t, n in placed_samples(recs, JOB)]
-        last: dict[tuple, dict] = {}
-        for r in recs:
-            kind = r.get("type")
-            if kind == "evtx" and path_of is not None:
-                k = int(round((r["t"] - t0) / r["dt"]))
-                if k < 0:
-                    continue
-                for key, n in r["bytes"].items():
-                    addr, _, ev = key.rpartition(":")
-                    path = path_of(host, addr, int(ev))
-                    ev_bins.setdefault(path, {})
-                    ev_bins[path][k] = ev_bins[path].get(k, 0.0) + n
-                continue
-            if r.get("job") != JOB:
-                continue
-            if kind == "msg" and r["side"] == "tx":
-                messages.append(Message(r["posted"] - t0, r["bytes"], r["acked"] - t0))
-            elif kind == "counters":
-                last[(r["peer"], r["qp"])] = r
-            elif kind == "step":
-                steps.append((r["start"] - t0, r["end"] - t0))
-        for r in last.values():
-            for k, v in r["retransmits"].items():
-                retransmits[k] = retransmits.get(k, 0) + v
-        st = statuses.get(host, {})
-        if not st.get("done"):
-            # A finished workload may still have its last barrier token in flight (all-reduce
-            # ranks are done once the DONE token came round); only an unfinished one has data
-            # outstanding.
-            for posted, nbytes in st.get("unacked", []):
-                messages.append(Message(posted - t0, nbytes, None))
-    for st in statuses.values():
-        if "global_steps" in st and st.get("rank") == 0:
-            finished = st.get("steps_finished", len(steps))
-            if finished < st.get("steps", finished):
-                begin = max((e for _, e in steps if e is not None), default=0.0)
-                steps.append((begin, None))  # the step in progress at the deadline
-    deliveries.sort()
-    steps.sort()
-    nbins = int(math.ceil(end_s / 0.010)) + 1
-    ev_bytes = {p: [b.get(k, 0.0) for k in range(nbins)] for p, b in sorted(ev_bins.items())}
-    return TransportRun(
-        transport=transport,
-        deliveries=deliveries,
-        messages=messages,
-        end_s=end_s,
-        retransmits=retransmits,
-        steps=steps,
-        ev_bytes=ev_bytes,
-    )
-
-
-def _path_namer(sc: Scenario, seed: int) -> Callable[[str, str, int], str]:
-    """(sending host, destination address, EV) -> "via spine1" (or the leaf, within one leaf),
-    with the switches' own hash: the path each EV's packets took on the healthy fabric."""
-
-    fab = sc.fabric()
-    by_addr = {
-        i.ip.split("/")[0]: (h, i.plane) for h in fab.hosts() for i in fab.interfaces[h] if i.ip
-    }
-    cache: dict[tuple, str] = {}
-
-    def name(src: str, addr: str, ev: int) -> str:
-        key = (src, addr, ev)
-        if key not in cache:
-            dst, plane = by_addr.get(addr, (None, 1))
-            if dst is None:
-                cache[key] = addr
-            else:
-                nodes = predict_path(fab, src, dst, ev, 4791, plane=plane, seed=seed)
-                spines = [n for n in nodes if fab.nodes[n].kind == "spine"]
-                cache[key] = f"via {spines[0]}" if spines else f"via {nodes[1]}"
-        return cache[key]
-
-    return name
-
-
-def _keep_files(src: Path, dst: Path) -> None:
-    dst.mkdir(parents=True, exist_ok=True)
-    for f in src.iterdir():
-        if f.suffix in (".jsonl", ".log"):
-            shutil.copy2(f, dst / f.name)
-
-
 # ----- one transport ---------------------------------------------------------------------------
 
 
 def run_transport(sc: Scenario, transport: str, workdir: Path, progress: Progress) -> RunResult:
     """Build a fabric, run the workload under the timeline, collect, tear down (always)."""
     name = new_name("r")
-    hosts = workload_hosts(sc)
     fab = sc.fabric()
     workdir.mkdir(parents=True, exist_ok=True)
     progress.begin(f"[{transport}] fabric {name}: {sc.topology.spines} spines, "
                    f"{sc.topology.leaves} leaves, {len(fab.hosts())} hosts; {sc.duration_s:g}s")  # fmt: skip
-    eps = baseline = timeline = monitor = None
-    cpu0 = _cpu_times()
+    driver: Driver | None = None
     try:
         Fabric(sc.topology.params(), name=name, seed=sc.seed).up()
-        if transport in ENDPOINT_TRANSPORTS:
-            # Sockets live in a short temporary path (AF_UNIX paths are limited to 108 bytes);
-            # the metrics files are copied into the results folder once the run is over.
-            eps = FabricEndpoints(name, fab, hosts, pace_mbps=sc.topology.link_mbps)
-            co = eps.coordinator
-            co.start(JOB, {"workload": endpoint_workload(sc), "mode": transport})
-            cpu0 = _cpu_times()
-            t0 = min(co.go(JOB).values())
-            live = _LiveBytes([eps.metrics_path(h) for h in hosts])
-        else:
-            baseline = KernelBaseline(name, sc, transport, workdir / "kernel")
-            baseline.prepare()
-            cpu0 = _cpu_times()
-            t0 = baseline.go()
-            live = None
-        timeline = Timeline(name, sc.timeline(), t0, progress)
-        timeline.start()
-        monitor = Monitor(name, t0, sc.duration_s, progress, live, timeline.next_event)
-        monitor.start()
-        deadline = t0 + sc.duration_s
-        if eps is not None:
-            statuses = eps.coordinator.wait(JOB, timeout=max(0.0, deadline - time.monotonic()))
-            completed = all(s.get("done") for s in statuses.values())
-        else:
-            completed = baseline.wait(deadline)
-            statuses = {}
-        end_s = min(time.monotonic(), deadline + WAIT_GRACE_S) - t0
-        cpu1 = _cpu_times()
-        timeline.cancel.set()
-        monitor.stop_flag.set()
-        timeline.join(5)
-        monitor.join(5)
-        switch = client.call(name, {"op": "counters", "node": None}, timeout=10)["counters"]
-        host_drops = _host_udp_drops(name, hosts)
-        endpoint_late: list[float] = []
-        if eps is not None:
-            stats = eps.coordinator.stats()
-            endpoint_late = [r["process"].get("timer_late_us_p99", 0.0) for r in stats.values()]
-            eps.stop()
-            records = {h: eps.records(h) for h in hosts}
-            _keep_files(eps.dir, workdir / "endpoints")
-            (workdir / "job_status.json").write_text(json.dumps(statuses, indent=1, default=str))
-            run = endpoint_run(transport, records, statuses, t0, end_s, _path_namer(sc, sc.seed))
-        else:
-            run = baseline.collect(t0, end_s)
-        run.trims = sum(p["trims"] for c in switch.values() for p in c["ports"].values())
-        busy = cpu1[0] - cpu0[0]
-        total = max(cpu1[1] - cpu0[1], 1.0)
-        switch_late = [c.get("timer_late_us_p99", 0.0) for c in switch.values()]
-        emulation = Emulation(
-            cpu_util=busy / total,
-            timer_jitter_us_p99=max([monitor.jitter_p99_us(), *switch_late, *endpoint_late]),
-            kernel_drops=sum(c.get("kernel_drops", 0) for c in switch.values()) + host_drops,
-        )
-        port_counters = {
-            port: {"trims": pc["trims"], "drops": pc["drops"]}
-            for c in switch.values()
-            for port, pc in c["ports"].items()
-        }
-        note = "; ".join(timeline.errors)
-        if not completed:
-            note = (note + "; " if note else "") + f"workload not finished in {sc.duration_s:g}s"
-        (workdir / "switch_counters.json").write_text(json.dumps(switch, indent=1))
-        return RunResult(
-            transport, run, timeline.results(), emulation, monitor.queues, port_counters, note
-        )
+        driver = driver_for(name, sc, transport, workdir)  # reads the running fabric's state
+        return _drive(name, sc, driver, workdir, progress)
     except (ControlError, OSError, client.ClientError, BaselineError) as exc:
-        dead = ""
-        if eps is not None:
-            dead = ", ".join(
-                f"{h} (exit {p.returncode})" for h, p in eps.procs.items() if p.poll() is not None
-            )
+        dead = driver.dead() if isinstance(driver, EndpointDriver) else ""
         why = f"endpoint process died: {dead}" if dead else str(exc)
         raise RunError(f"[{transport}] run aborted, fabric torn down: {why}") from None
     finally:
-        if timeline is not None:
-            timeline.cancel.set()
-        if monitor is not None:
-            monitor.stop_flag.set()
         progress.end()
-        if eps is not None:
+        if driver is not None:
             with contextlib.suppress(Exception):
-                eps.stop()
-            eps.cleanup()
-        if baseline is not None:
-            with contextlib.suppress(Exception):
-                baseline.stop()
+                driver.stop()
         with contextlib.suppress(Exception):
             tear_down(name)
         clean_fabric(name)
+
+
+def _drive(name: str, sc: Scenario, driver: Driver, workdir: Path, progress: Progress) -> RunResult:
+    """The workload on the running fabric `name`: go, the timeline of events, monitoring,
+    the end of the workload or the deadline, then what the switches and the driver saw."""
+    driver.prepare()
+    cpu0 = _cpu_times()
+    t0 = driver.go()
+    live = driver.live_bytes if isinstance(driver, EndpointDriver) else None
+    timeline = Timeline(name, sc.timeline(), t0, progress)
+    monitor = Monitor(name, t0, sc.duration_s, progress, live, timeline.next_event)
+    try:
+        timeline.start()
+        monitor.start()
+        deadline = t0 + sc.duration_s
+        completed = driver.wait(deadline)
+        end_s = min(time.monotonic(), deadline + WAIT_GRACE_S) - t0
+        cpu1 = _cpu_times()
+    finally:
+        timeline.cancel.set()
+        monitor.stop_flag.set()
+    timeline.join(5)
+    monitor.join(5)
+    switch = client.call(name, {"op": "counters", "node": None}, timeout=10)["counters"]
+    host_drops = _host_udp_drops(name, workload_hosts(sc))
+    endpoint_late = driver.timer_late_us_p99() if isinstance(driver, EndpointDriver) else []
+    run = driver.collect(t0, end_s)
+    run.trims = sum(p["trims"] for c in switch.values() for p in c["ports"].values())
+    switch_late = [c.get("timer_late_us_p99", 0.0) for c in switch.values()]
+    emulation = Emulation(
+        cpu_util=(cpu1[0] - cpu0[0]) / max(cpu1[1] - cpu0[1], 1.0),
+        timer_jitter_us_p99=max([monitor.jitter_p99_us(), *switch_late, *endpoint_late]),
+        kernel_drops=sum(c.get("kernel_drops", 0) for c in switch.values()) + host_drops,
+    )
+    port_counters = {
+        port: {"trims": pc["trims"], "drops": pc["drops"]}
+        for c in switch.values()
+        for port, pc in c["ports"].items()
+    }
+    note = "; ".join(timeline.errors)
+    if not completed:
+        note = (note + "; " if note else "") + f"workload not finished in {sc.duration_s:g}s"
+    (workdir / "switch_counters.json").write_text(json.dumps(switch, indent=1))
+    return RunResult(
+        driver.transport, run, timeline.results(), emulation, monitor.queues, port_counters, note
+    )
 
 
 # ----- a whole run -----------------------------------------------------------------------------
@@ -638,14 +456,10 @@ def transports_arg(text: str) -> list[str]:
 
 
 __all__ = [
-    "ENDPOINT_TRANSPORTS",
-    "KERNEL_TRANSPORTS",
     "Outcome",
     "Progress",
     "RunError",
     "default_out_dir",
-    "endpoint_run",
-    "endpoint_workload",
     "run_scenario",
     "run_transport",
     "transports_arg",

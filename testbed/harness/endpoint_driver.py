@@ -1,0 +1,234 @@
+"""The MRC-style transports (``mrc``, ``single-path``, ``spray-no-failover``) as a harness driver.
+
+One endpoint process per host of the workload (`FabricEndpoints`), one job carrying the
+scenario's traffic matrix, and at the end the hosts' metrics records turned into the
+`TransportRun` that the analysis measures. The kernel baselines (`kernel_baseline`) follow the
+same five moves, so the runner has one code path for every transport (`driver.Driver`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from endpoint.metrics import placed_samples
+from endpoint.wire import ROCE_UDP_PORT
+from testbed.fabric.paths import predict_path
+from testbed.harness.endpoints import FabricEndpoints
+from testbed.harness.records import Message, TransportRun
+from testbed.scenario import AllreduceWorkload, Scenario, flows, workload_hosts
+
+ENDPOINT_TRANSPORTS = ("mrc", "single-path", "spray-no-failover")
+JOB = 1
+
+
+def endpoint_workload(sc: Scenario) -> dict:
+    """The endpoint job's workload: the scenario's traffic matrix, one definition for both."""
+    w = sc.workload
+    if isinstance(w, AllreduceWorkload):
+        return {
+            "kind": "allreduce",
+            "hosts": workload_hosts(sc),
+            "bytes": w.bytes,
+            "steps": w.steps,
+        }
+    return {"kind": "flows", "flows": [[f.src, f.dst, f.bytes] for f in flows(sc)]}
+
+
+class LiveBytes:
+    """Bytes placed so far at the receivers, read incrementally from their metrics files."""
+
+    def __init__(self, paths: Sequence[Path]) -> None:
+        self.offsets = dict.fromkeys(paths, 0)
+        self.total = 0
+
+    def __call__(self) -> int:
+        for p, off in self.offsets.items():
+            try:
+                with open(p, "rb") as f:
+                    f.seek(off)
+                    data = f.read()
+            except OSError:
+                continue
+            end = data.rfind(b"\n") + 1
+            self.offsets[p] = off + end
+            for line in data[:end].splitlines():
+                if b'"type": "bin"' not in line and b'"type":"bin"' not in line:
+                    continue
+                with contextlib.suppress(ValueError):
+                    self.total += json.loads(line).get("placed", 0)
+        return self.total
+
+
+def endpoint_run(
+    transport: str,
+    records: dict[str, list[dict]],
+    statuses: dict[str, dict],
+    t0: float,
+    end_s: float,
+    path_of: Callable[[str, str, int], str] | None = None,
+) -> TransportRun:
+    """What `measure` needs, from every host's metrics records and final job status."""
+
+    deliveries: list[tuple[float, int]] = []
+    messages: list[Message] = []
+    retransmits: dict[str, int] = {}
+    steps: list[tuple[float, float | None]] = []
+    ev_bins: dict[str, dict[int, float]] = {}
+    for host, recs in records.items():
+        deliveries += [(t - t0, n) for t, n in placed_samples(recs, JOB)]
+        last: dict[tuple, dict] = {}
+        for r in recs:
+            kind = r.get("type")
+            if kind == "evtx" and path_of is not None:
+                k = int(round((r["t"] - t0) / r["dt"]))
+                if k < 0:
+                    continue
+                for key, n in r["bytes"].items():
+                    addr, _, ev = key.rpartition(":")
+                    path = path_of(host, addr, int(ev))
+                    ev_bins.setdefault(path, {})
+                    ev_bins[path][k] = ev_bins[path].get(k, 0.0) + n
+                continue
+            if r.get("job") != JOB:
+                continue
+            if kind == "msg" and r["side"] == "tx":
+                messages.append(Message(r["posted"] - t0, r["bytes"], r["acked"] - t0))
+            elif kind == "counters":
+                last[(r["peer"], r["qp"])] = r
+            elif kind == "step":
+                steps.append((r["start"] - t0, r["end"] - t0))
+        for r in last.values():
+            for k, v in r["retransmits"].items():
+                retransmits[k] = retransmits.get(k, 0) + v
+        st = statuses.get(host, {})
+        if not st.get("done"):
+            # A finished workload may still have its last barrier token in flight (all-reduce
+            # ranks are done once the DONE token came round); only an unfinished one has data
+            # outstanding.
+            for posted, nbytes in st.get("unacked", []):
+                messages.append(Message(posted - t0, nbytes, None))
+    for st in statuses.values():
+        if "global_steps" in st and st.get("rank") == 0:
+            finished = st.get("steps_finished", len(steps))
+            if finished < st.get("steps", finished):
+                begin = max((e for _, e in steps if e is not None), default=0.0)
+                steps.append((begin, None))  # the step in progress at the deadline
+    deliveries.sort()
+    steps.sort()
+    nbins = int(math.ceil(end_s / 0.010)) + 1
+    ev_bytes = {p: [b.get(k, 0.0) for k in range(nbins)] for p, b in sorted(ev_bins.items())}
+    return TransportRun(
+        transport=transport,
+        deliveries=deliveries,
+        messages=messages,
+        end_s=end_s,
+        retransmits=retransmits,
+        steps=steps,
+        ev_bytes=ev_bytes,
+    )
+
+
+def path_namer(sc: Scenario, seed: int) -> Callable[[str, str, int], str]:
+    """(sending host, destination address, EV) -> "via spine1" (or the leaf, within one leaf),
+    with the switches' own hash: the path each EV's packets took on the healthy fabric."""
+
+    fab = sc.fabric()
+    by_addr = {
+        i.ip.split("/")[0]: (h, i.plane) for h in fab.hosts() for i in fab.interfaces[h] if i.ip
+    }
+    cache: dict[tuple, str] = {}
+
+    def name(src: str, addr: str, ev: int) -> str:
+        key = (src, addr, ev)
+        if key not in cache:
+            dst, plane = by_addr.get(addr, (None, 1))
+            if dst is None:
+                cache[key] = addr
+            else:
+                nodes = predict_path(fab, src, dst, ev, ROCE_UDP_PORT, plane=plane, seed=seed)
+                spines = [n for n in nodes if fab.nodes[n].kind == "spine"]
+                cache[key] = f"via {spines[0]}" if spines else f"via {nodes[1]}"
+        return cache[key]
+
+    return name
+
+
+def keep_files(src: Path, dst: Path) -> None:
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.suffix in (".jsonl", ".log"):
+            shutil.copy2(f, dst / f.name)
+
+
+class EndpointDriver:
+    """prepare / go / wait / collect / stop for an endpoint transport on fabric `name`.
+
+    Sockets and metrics files live in a short temporary folder (AF_UNIX paths are limited to
+    108 bytes); `collect` copies the metrics files and logs into `workdir/endpoints`."""
+
+    def __init__(self, name: str, sc: Scenario, transport: str, workdir: Path) -> None:
+        self.name = name
+        self.sc = sc
+        self.transport = transport
+        self.workdir = workdir
+        self.hosts = workload_hosts(sc)
+        self.eps: FabricEndpoints | None = None
+        self.statuses: dict[str, dict] = {}
+        self.live_bytes: Callable[[], int] | None = None
+
+    def prepare(self) -> None:
+        self.eps = FabricEndpoints(
+            self.name, self.sc.fabric(), self.hosts, pace_mbps=self.sc.topology.link_mbps
+        )
+        self.eps.coordinator.start(
+            JOB, {"workload": endpoint_workload(self.sc), "mode": self.transport}
+        )
+
+    def go(self) -> float:
+        t0 = min(self.eps.coordinator.go(JOB).values())
+        self.live_bytes = LiveBytes([self.eps.metrics_path(h) for h in self.hosts])
+        return t0
+
+    def wait(self, deadline: float) -> bool:
+        """Block until every endpoint finished the job or `deadline` (monotonic) passed."""
+        self.statuses = self.eps.coordinator.wait(
+            JOB, timeout=max(0.0, deadline - time.monotonic())
+        )
+        return all(s.get("done") for s in self.statuses.values())
+
+    def timer_late_us_p99(self) -> list[float]:
+        """Each endpoint process's own timer lateness (for the emulation's health)."""
+        stats = self.eps.coordinator.stats()
+        return [r["process"].get("timer_late_us_p99", 0.0) for r in stats.values()]
+
+    def collect(self, t0: float, end_s: float) -> TransportRun:
+        self.eps.stop()
+        records = {h: self.eps.records(h) for h in self.hosts}
+        keep_files(self.eps.dir, self.workdir / "endpoints")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        (self.workdir / "job_status.json").write_text(
+            json.dumps(self.statuses, indent=1, default=str)
+        )
+        return endpoint_run(
+            self.transport, records, self.statuses, t0, end_s, path_namer(self.sc, self.sc.seed)
+        )
+
+    def dead(self) -> str:
+        """The endpoint processes that exited early, for an abort message ("" if none)."""
+        if self.eps is None:
+            return ""
+        return ", ".join(
+            f"{h} (exit {p.returncode})" for h, p in self.eps.procs.items() if p.poll() is not None
+        )
+
+    def stop(self) -> None:
+        if self.eps is not None:
+            with contextlib.suppress(Exception):
+                self.eps.stop()
+            self.eps.cleanup()
