@@ -33,7 +33,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field, fields
 
-from endpoint import io as dio
+from endpoint import udp_io
 from endpoint.config import Mode, TransportConfig
 from endpoint.control import LineBuffer, encode, parse_request
 from endpoint.metrics import BIN_S, DeliveryBins, MetricsWriter, rtt_summary
@@ -122,8 +122,8 @@ class EndpointConfig:
         cfg = cls(**{k: v for k, v in obj.items()})
         if not isinstance(cfg.port, int) or not 0 < cfg.port < 65536:
             raise ConfigError("config.port: expected a UDP port")
-        if cfg.io not in dio.IO_KINDS:
-            raise ConfigError(f"config.io: one of {', '.join(dio.IO_KINDS)}")
+        if cfg.io not in udp_io.IO_KINDS:
+            raise ConfigError(f"config.io: one of {', '.join(udp_io.IO_KINDS)}")
         for key in (
             "pace_mbps",
             "bin_s",
@@ -328,7 +328,7 @@ class EndpointProcess:
         self.wake_r, self.wake_w = socket.socketpair()
         for s in (self.wake_r, self.wake_w):
             s.setblocking(False)
-        self.rx = [dio.open_rx(a, self.cfg.port) for a in self.addrs]
+        self.rx = [udp_io.open_rx(a, self.cfg.port) for a in self.addrs]
         self.rx_per_nic = dict.fromkeys(self.rx, 0)  # datagrams received per local address
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.control_path)
@@ -337,7 +337,7 @@ class EndpointProcess:
         os.chmod(self.control_path, 0o600)
         self.listener.listen(16)
         self.listener.setblocking(False)
-        self.tx = dio.open_sender(self.cfg.io, self.addrs, self.cfg.port)
+        self.tx = udp_io.open_sender(self.cfg.io, self.addrs, self.cfg.port)
         self.clients: dict[socket.socket, _Client] = {}
         self._fds_dirty = True  # the select() read list must be rebuilt (clients came or went)
         self._rlist: list = []
@@ -428,7 +428,7 @@ class EndpointProcess:
                 for s in rx if polling else readable:
                     if s in rx_set:
                         batch.clear()
-                        n = dio.recv_batch(s, batch, rx_batch)
+                        n = udp_io.recv_batch(s, batch, rx_batch)
                         if n:
                             got += n
                             self.rx_per_nic[s] += n
@@ -460,7 +460,7 @@ class EndpointProcess:
         for s in self.rx:
             while True:
                 batch.clear()
-                n = dio.recv_batch(s, batch, limit)
+                n = udp_io.recv_batch(s, batch, limit)
                 for data, tos in batch:
                     self.ep.on_datagram(data, tos, now)
                 got += n

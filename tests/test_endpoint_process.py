@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from endpoint import io as dio
+from endpoint import udp_io as dio
 from endpoint.config import TransportConfig
 from endpoint.control import ControlClient, ControlError, Coordinator, LineBuffer, parse_request
 from endpoint.daemon import ConfigError, EndpointConfig, Pacer, job_transport_config
