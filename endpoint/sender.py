@@ -161,7 +161,7 @@ class Sender:
         `limit` caps the data packets (resends and new) of this call, and the count is
         returned: a paced endpoint asks only for what its pacer lets go now, because a
         packet's send timestamp is taken here, and time it then waited in the pacer would
-        count as RTT (endpoint.daemon, "Pacing").
+        count as RTT (`endpoint.pacer`).
         """
         self._judge_losses(now)
         for p in self._probe_queue:

@@ -10,15 +10,9 @@ data sockets, the control socket and its clients, and a self-pipe for signals. E
 5. account placed bytes into 10 ms bins, write metrics, answer waiting ``wait`` requests;
 6. sleep until the earliest of: transport timer, pacer slot, metrics flush, wait deadline.
 
-**Pacing** (``pace_mbps`` > 0, normally the NIC rate): a token bucket per NIC counting frame
-bytes (payload + 42), as the host's ``tbf`` and the switches do. The transport is asked for
-only as many data packets as the buckets let go now plus ``pace_queue``, and not at all while
-``pace_queue`` wait, so data waits inside the transport rather than in a host queue: send
-timestamps stay within a few packets of the real departure, and the host qdisc — whose
-overflow would be a silent local loss that the sender must not mistake for a path failure —
-never fills. (Asked for everything its window allowed, the sender handed out a window at a
-time, and the time those packets then queued here counted as RTT: 6-9 ms of it at 100 Mbps
-on a fabric whose base RTT is ~1.5 ms.) Control packets go ahead of queued data.
+Its parts live beside it: the config in `endpoint.process_config`, the pacer (and why the
+transport is asked for only what the pacer lets go now) in `endpoint.pacer`, the control
+socket's server in `endpoint.control_server`.
 """
 
 from __future__ import annotations
@@ -31,221 +25,17 @@ import signal
 import socket
 import time
 from collections import deque
-from dataclasses import dataclass, field, fields
 
 from endpoint import udp_io
-from endpoint.config import Mode, TransportConfig
-from endpoint.control import LineBuffer, encode, parse_request
-from endpoint.metrics import BIN_S, DeliveryBins, MetricsWriter, rtt_summary
+from endpoint.control_server import ControlConnection, ControlServer
+from endpoint.metrics import DeliveryBins, MetricsWriter, rtt_summary
+from endpoint.pacer import Pacer
+from endpoint.process_config import ConfigError, EndpointConfig, job_transport_config
 from endpoint.transport import Endpoint
 from endpoint.wire import TOS_CONTROL
-from endpoint.workloads import Job, WorkloadError
+from endpoint.workloads import Job
 
-FRAME_OVERHEAD = 14 + 20 + 8
-DATA_PORT = 4791
-_TRANSPORT_FIELDS = {f.name for f in fields(TransportConfig)}
 _JOB_KEYS = {"op", "job", "workload", "mode", "evs", "ev_base", "transport", "go"}
-
-# TransportConfig's defaults are tuned on endpoint.simnet, where nothing but the modelled
-# network delays a packet. On the emulated fabric every switch and endpoint is a Python process
-# sharing two cores, and a process can wait for the CPU for tens of milliseconds; measured there
-# (docs/transport.md, "Endpoint process"), these replace four defaults in every job unless the
-# config or the start request sets them:
-EMULATION_TRANSPORT = {
-    # Sprayed packets overtake each other by a few ms when a spine process is descheduled; a
-    # 200 us RACK allowance retired ~1 healthy EV per 50 packets and resent their packets.
-    "reorder_min": 2e-3,
-    # RTTs reach 40-80 ms during an 8-to-1 incast (the processes wait for the CPU), so a 15 ms
-    # RTO fired spuriously and retired every EV of the expired packets.
-    "rto_min": 50e-3,
-    "rto_initial": 60e-3,
-    # Below one packet the sender paces at srtt x size / cwnd; with an incast-inflated srtt a
-    # flow whose window was cut to 128 B by trims sent one packet per ~250 ms and finished last.
-    "min_cwnd": 1400,
-}
-
-
-class ConfigError(ValueError):
-    """A bad endpoint config; the message names the key path."""
-
-
-@dataclass
-class EndpointConfig:
-    """What every endpoint of a fabric shares (the ``--config`` JSON)."""
-
-    hosts: dict[str, list[str]]  # host -> its NIC addresses, plane 1 first (config order = index)
-    port: int = DATA_PORT
-    io: str = "udp"
-    pace_mbps: float = 0.0  # 0 = no pacing
-    pace_queue: int = 2  # packets queued in the pacer before the transport is no longer polled
-    pace_burst: int = 4  # frames of token-bucket depth, at least
-    # ... and at least this much time of rate: a process that wakes this late (it waited for a
-    # CPU) still sends at the full rate. 500 us (2 x coalescing) lost ~30 % of a paced bulk's
-    # rate on the fabric (60-68 vs 82-91 Mbps at 100 Mbps; docs/transport.md, "Pacing"); the
-    # burst lands in the host NIC's tbf queue, which sends it at line rate.
-    pace_catch_up_us: float = 2000.0
-    rx_batch: int = 64
-    rx_coalesce_us: float = 250.0  # interrupt moderation while busy (0 = wake per datagram)
-    bin_s: float = BIN_S
-    stats_interval: float = 0.1
-    flush_interval: float = 0.2
-    transport: dict = field(default_factory=dict)  # TransportConfig defaults for every job
-
-    @classmethod
-    def from_obj(cls, obj: object) -> EndpointConfig:
-        if not isinstance(obj, dict):
-            raise ConfigError("config: expected a JSON object")
-        known = {f.name for f in fields(cls)}
-        for key in obj:
-            if key not in known:
-                raise ConfigError(f"config.{key}: unknown key")
-        hosts = obj.get("hosts")
-        if not isinstance(hosts, dict) or not hosts:
-            raise ConfigError("config.hosts: expected {host: [address per plane], ...}")
-        planes = None
-        for h, addrs in hosts.items():
-            if isinstance(addrs, str):
-                addrs = [addrs]
-            if not isinstance(addrs, list) or not addrs:
-                raise ConfigError(f"config.hosts.{h}: expected a list of addresses")
-            for i, a in enumerate(addrs):
-                try:
-                    socket.inet_aton(a)
-                except (OSError, TypeError):
-                    raise ConfigError(
-                        f"config.hosts.{h}[{i}]: not an IPv4 address: {a!r}"
-                    ) from None
-            if planes is not None and len(addrs) != planes:
-                raise ConfigError(f"config.hosts.{h}: every host needs one address per plane")
-            planes = len(addrs)
-            hosts[h] = list(addrs)
-        cfg = cls(**{k: v for k, v in obj.items()})
-        if not isinstance(cfg.port, int) or not 0 < cfg.port < 65536:
-            raise ConfigError("config.port: expected a UDP port")
-        if cfg.io not in udp_io.IO_KINDS:
-            raise ConfigError(f"config.io: one of {', '.join(udp_io.IO_KINDS)}")
-        for key in (
-            "pace_mbps",
-            "bin_s",
-            "stats_interval",
-            "flush_interval",
-            "rx_coalesce_us",
-            "pace_catch_up_us",
-        ):
-            v = getattr(cfg, key)
-            if not isinstance(v, int | float) or isinstance(v, bool) or v < 0:
-                raise ConfigError(f"config.{key}: expected a number >= 0")
-        if cfg.bin_s <= 0:
-            raise ConfigError("config.bin_s: must be > 0")
-        for key in ("pace_queue", "pace_burst", "rx_batch"):
-            v = getattr(cfg, key)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ConfigError(f"config.{key}: expected an integer >= 1")
-        _check_transport(cfg.transport, "config.transport")
-        return cfg
-
-    @property
-    def planes(self) -> int:
-        return len(next(iter(self.hosts.values())))
-
-
-def _check_transport(overrides: object, path: str) -> None:
-    if not isinstance(overrides, dict):
-        raise ConfigError(f"{path}: expected an object of TransportConfig fields")
-    for key in overrides:
-        if key not in _TRANSPORT_FIELDS:
-            raise ConfigError(f"{path}.{key}: not a TransportConfig field")
-
-
-def job_transport_config(cfg: EndpointConfig, req: dict) -> TransportConfig:
-    """The TransportConfig of a job: process defaults, then the request's mode/evs/overrides."""
-    params: dict = {"planes": cfg.planes, **EMULATION_TRANSPORT, **cfg.transport}
-    over = req.get("transport", {})
-    _check_transport(over, "transport")
-    params.update(over)
-    if "mode" in req:
-        params["mode"] = req["mode"]
-    if "evs" in req:
-        params["num_evs"] = req["evs"]
-    if "ev_base" in req:
-        params["ev_base"] = req["ev_base"]
-    try:
-        mode = Mode(params.get("mode", Mode.MRC))
-    except ValueError:
-        raise ConfigError(
-            f"mode: one of {', '.join(m.value for m in Mode)}, got {params.get('mode')!r}"
-        ) from None
-    params["mode"] = mode
-    if params.get("planes", 1) > params.get("num_evs", 64):
-        params["planes"] = params.get("num_evs", 64)  # fewer EVs than planes: use the first
-    try:
-        return TransportConfig(**params)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"transport: {exc}") from None
-
-
-class Pacer:
-    """Token bucket per NIC in frame bytes; control packets are sent ahead of waiting data."""
-
-    def __init__(
-        self, mbps: float, planes: int, burst_frames: int, now: float, burst_s: float = 0.0
-    ) -> None:
-        self.rate = mbps * 1e6 / 8  # bytes per second
-        # Deep enough to cover a coalesced sleep or a late wake-up: tokens that overflow the
-        # bucket are lost rate.
-        self.burst = max(burst_frames * 1500.0, self.rate * burst_s)
-        self.tokens = [self.burst] * planes
-        self.last = [now] * planes
-        self.data: list[deque] = [deque() for _ in range(planes)]
-        self.ctrl: list[deque] = [deque() for _ in range(planes)]
-        self.queued = 0
-
-    def push(self, plane: int, item: tuple, control: bool) -> None:
-        (self.ctrl if control else self.data)[plane].append(item)
-        self.queued += 1
-
-    def drain(self, now: float, send) -> float | None:
-        """Send what the buckets allow; returns when the next waiting packet may leave."""
-        wake = None
-        for plane in range(len(self.tokens)):
-            ctrl, data = self.ctrl[plane], self.data[plane]
-            if not ctrl and not data:
-                continue
-            tok = min(self.burst, self.tokens[plane] + (now - self.last[plane]) * self.rate)
-            self.last[plane] = now
-            while ctrl or data:
-                q = ctrl if ctrl else data
-                item = q[0]
-                size = len(item[2]) + FRAME_OVERHEAD
-                if tok < size - 1e-3:  # tolerance: float rounding must not stall the bucket
-                    t = now + (size - tok) / self.rate
-                    wake = t if wake is None or t < wake else wake
-                    break
-                tok -= size
-                q.popleft()
-                self.queued -= 1
-                send(plane, *item)
-            self.tokens[plane] = tok
-        return wake
-
-    def data_queued(self) -> int:
-        return sum(len(q) for q in self.data)
-
-    def frames_now(self, now: float, size: int = 1500) -> int:
-        """How many frames of `size` bytes the buckets of every NIC would let go at `now`."""
-        n = 0
-        for plane, tokens in enumerate(self.tokens):
-            n += int(min(self.burst, tokens + (now - self.last[plane]) * self.rate) // size)
-        return n
-
-
-class _Client:
-    __slots__ = ("sock", "lines", "out")
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.lines = LineBuffer()
-        self.out = b""
 
 
 class EndpointProcess:
@@ -300,7 +90,6 @@ class EndpointProcess:
         self._next_flush = now + cfg.flush_interval
         self._next_bin = (int(now / cfg.bin_s) + 1) * cfg.bin_s
         self._next_stats = now + cfg.stats_interval
-        self._waiters: list[tuple[int, float, _Client]] = []
         self.metrics.write(
             {
                 "type": "start",
@@ -330,19 +119,20 @@ class EndpointProcess:
             s.setblocking(False)
         self.rx = [udp_io.open_rx(a, self.cfg.port) for a in self.addrs]
         self.rx_per_nic = dict.fromkeys(self.rx, 0)  # datagrams received per local address
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.control_path)
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(self.control_path)
-        os.chmod(self.control_path, 0o600)
-        self.listener.listen(16)
-        self.listener.setblocking(False)
+        self.control = ControlServer(
+            self.control_path,
+            {
+                "ping": self._ping,
+                "start": self._start,
+                "go": self._go,
+                "wait": self._wait,
+                "stats": self._stats,
+                "stop": self._stop,
+            },
+        )
         self.tx = udp_io.open_sender(self.cfg.io, self.addrs, self.cfg.port)
-        self.clients: dict[socket.socket, _Client] = {}
-        self._fds_dirty = True  # the select() read list must be rebuilt (clients came or went)
         self._rlist: list = []
         self._ctl_rlist: list = []
-        self._pending_out = False  # some client has reply bytes the socket did not take yet
 
     def _install_signals(self) -> None:
         signal.set_wakeup_fd(self.wake_w.fileno(), warn_on_full_buffer=False)
@@ -366,6 +156,7 @@ class EndpointProcess:
         mono = time.monotonic
         t_next = None
         busy = False  # the last read found datagrams: poll on a timer instead of waking per packet
+        control = self.control
         try:
             while not self.stopping:
                 self.loops += 1
@@ -399,13 +190,11 @@ class EndpointProcess:
                         deadline = wake
                 if self.tx.backlog:
                     deadline = min(deadline, now + 200e-6)  # socket buffer full: retry soon
-                if self._fds_dirty:
-                    self._rlist = [*rx, self.listener, self.wake_r, *self.clients]
-                    self._ctl_rlist = [self.listener, self.wake_r, *self.clients]
-                    self._fds_dirty = False
-                wlist = (
-                    [c.sock for c in self.clients.values() if c.out] if self._pending_out else []
-                )
+                if control.fds_dirty:
+                    self._ctl_rlist = [control.listener, self.wake_r, *control.clients]
+                    self._rlist = [*rx, *self._ctl_rlist]
+                    control.fds_dirty = False
+                wlist = control.writers() if control.pending_out else []
                 polling = busy and coalesce > 0
                 if polling:
                     # Interrupt moderation (as NAPI): while packets keep coming, sleep a fixed
@@ -441,17 +230,13 @@ class EndpointProcess:
                 for s in readable:
                     if s in rx_set:
                         continue
-                    if s is self.listener:
-                        self._accept()
-                    elif s is self.wake_r:
+                    if s is self.wake_r:
                         with contextlib.suppress(BlockingIOError):
                             self.wake_r.recv(4096)
                     else:
-                        self._client_readable(s, now)
+                        control.on_readable(s)
                 for s in writable:
-                    c = self.clients.get(s)
-                    if c is not None:
-                        self._client_flush(c)
+                    control.on_writable(s)
         finally:
             self._shutdown()
 
@@ -583,12 +368,7 @@ class EndpointProcess:
             for job in self.jobs.values():
                 if job.go_at is not None and not job.done:
                     self._write_counters(job, now, only_changed=True)
-        for job_id, deadline, client in list(self._waiters):
-            job = self.jobs.get(job_id)
-            if job is None or job.done or now >= deadline:
-                self._waiters.remove((job_id, deadline, client))
-                status = job.status() if job is not None else {}
-                self._reply(client, {"ok": True, "done": bool(job and job.done), "status": status})
+        self.control.answer_waits(self.jobs, now)
         if now >= self._next_flush:
             self._next_flush = now + self.cfg.flush_interval
             w.flush()
@@ -638,92 +418,31 @@ class EndpointProcess:
         self._next_bin = now  # write bins and answer waiters on this turn
         self.metrics.flush()
 
-    # ----- control --------------------------------------------------------------------------
+    # ----- control requests (endpoint.control documents them) ------------------------------
 
-    def _accept(self) -> None:
-        try:
-            s, _ = self.listener.accept()
-        except (BlockingIOError, InterruptedError):
-            return
-        s.setblocking(False)
-        self.clients[s] = _Client(s)
-        self._fds_dirty = True
+    def _ping(self, req: dict, c: ControlConnection, now: float) -> dict:
+        return {"ok": True, "host": self.host, "pid": os.getpid(), "jobs": list(self.jobs)}
 
-    def _client_readable(self, s: socket.socket, now: float) -> None:
-        c = self.clients.get(s)
-        if c is None:
-            return
-        try:
-            data = s.recv(65536)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            data = b""
-        if not data:
-            self._drop_client(c)
-            return
-        try:
-            lines = c.lines.feed(data)
-        except ValueError as exc:
-            self._reply(c, {"ok": False, "error": str(exc)})
-            return
-        for line in lines:
-            try:
-                req = parse_request(line)
-                reply = self._handle(req, c, time.monotonic())
-            except (ValueError, WorkloadError, ConfigError) as exc:
-                reply = {"ok": False, "error": str(exc)}
-            if reply is not None:
-                self._reply(c, reply)
+    def _go(self, req: dict, c: ControlConnection, now: float) -> dict:
+        job = self._job(req)
+        was = job.done
+        job.go(now)
+        self.metrics.write({"type": "job", "t": now, "job": job.job_id, "event": "go"})
+        if job.done and not was:
+            self._job_done(job, now)
+        return {"ok": True, "t": now}
 
-    def _reply(self, c: _Client, reply: dict) -> None:
-        if c.sock not in self.clients:
-            return
-        c.out += encode(reply)
-        self._client_flush(c)
+    def _wait(self, req: dict, c: ControlConnection, now: float) -> dict | None:
+        job = self._job(req)
+        timeout = req.get("timeout", 60.0)
+        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout < 0:
+            raise ValueError("timeout: expected seconds >= 0")
+        if job.done:
+            return {"ok": True, "done": True, "status": job.status()}
+        self.control.wait(c, job.job_id, now + timeout)
+        return None
 
-    def _client_flush(self, c: _Client) -> None:
-        try:
-            n = c.sock.send(c.out)
-            c.out = c.out[n:]
-        except (BlockingIOError, InterruptedError):
-            pass
-        except OSError:
-            self._drop_client(c)
-        self._pending_out = any(x.out for x in self.clients.values())
-
-    def _drop_client(self, c: _Client) -> None:
-        self.clients.pop(c.sock, None)
-        self._fds_dirty = True
-        self._waiters = [w for w in self._waiters if w[2] is not c]
-        with contextlib.suppress(OSError):
-            c.sock.close()
-
-    def _handle(self, req: dict, c: _Client, now: float) -> dict | None:
-        op = req["op"]
-        if op == "ping":
-            return {"ok": True, "host": self.host, "pid": os.getpid(), "jobs": list(self.jobs)}
-        if op == "start":
-            return self._start(req, now)
-        if op in ("go", "wait"):
-            job = self._job(req)
-            if op == "go":
-                was = job.done
-                job.go(now)
-                self.metrics.write({"type": "job", "t": now, "job": job.job_id, "event": "go"})
-                if job.done and not was:
-                    self._job_done(job, now)
-                return {"ok": True, "t": now}
-            timeout = req.get("timeout", 60.0)
-            if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout < 0:
-                raise ValueError("timeout: expected seconds >= 0")
-            if job.done:
-                return {"ok": True, "done": True, "status": job.status()}
-            self._waiters.append((job.job_id, now + timeout, c))
-            return None
-        if op == "stats":
-            return self._stats(req, now)
-        # stop
+    def _stop(self, req: dict, c: ControlConnection, now: float) -> dict:
         self.stopping = True
         self.stop_reason = "stop request"
         return {"ok": True}
@@ -734,7 +453,7 @@ class EndpointProcess:
             raise ValueError(f"job: no job {req.get('job')!r} on {self.host} (start it first)")
         return job
 
-    def _start(self, req: dict, now: float) -> dict:
+    def _start(self, req: dict, c: ControlConnection, now: float) -> dict:
         for key in req:
             if key not in _JOB_KEYS:
                 raise ValueError(f"{key}: unknown key in a start request")
@@ -796,7 +515,7 @@ class EndpointProcess:
             "endpoint_drops": dict(self.ep.drops),
         }
 
-    def _stats(self, req: dict, now: float) -> dict:
+    def _stats(self, req: dict, c: ControlConnection, now: float) -> dict:
         jobs = [self._job(req)] if "job" in req else list(self.jobs.values())
         out = {}
         for job in jobs:
@@ -819,13 +538,7 @@ class EndpointProcess:
         for job in self.jobs.values():
             self._write_counters(job, now)
         self._next_bin = now
-        for job_id, _deadline, client in self._waiters:
-            job = self.jobs.get(job_id)
-            self._reply(
-                client,
-                {"ok": True, "done": bool(job and job.done), "status": job.status() if job else {}},
-            )
-        self._waiters.clear()
+        self.control.answer_waits(self.jobs, None)
         w.write(
             {
                 "type": "end",
@@ -835,13 +548,9 @@ class EndpointProcess:
             }
         )
         w.close()
-        for c in list(self.clients.values()):
-            self._client_flush(c)
-            self._drop_client(c)
+        self.control.close()
         self.tx.close()
-        for s in (*self.rx, self.listener, self.wake_r, self.wake_w):
+        for s in (*self.rx, self.wake_r, self.wake_w):
             s.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.control_path)
         with contextlib.suppress(ValueError):
             signal.set_wakeup_fd(-1)
