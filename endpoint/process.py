@@ -156,7 +156,6 @@ class EndpointProcess:
         mono = time.monotonic
         t_next = None
         busy = False  # the last read found datagrams: poll on a timer instead of waking per packet
-        control = self.control
         try:
             while not self.stopping:
                 self.loops += 1
@@ -180,65 +179,91 @@ class EndpointProcess:
                 if now >= self._next_bin:
                     self._tick(now)
                 t_next = ep.next_timer()
-                deadline = self._next_bin
-                if t_next is not None and t_next < deadline:
-                    deadline = t_next
-                if wake is not None:
-                    if busy and coalesce > 0:
-                        wake = max(wake, now + coalesce)  # the bucket holds 2 x coalesce of rate
-                    if wake < deadline:
-                        deadline = wake
-                if self.tx.backlog:
-                    deadline = min(deadline, now + 200e-6)  # socket buffer full: retry soon
-                if control.fds_dirty:
-                    self._ctl_rlist = [control.listener, self.wake_r, *control.clients]
-                    self._rlist = [*rx, *self._ctl_rlist]
-                    control.fds_dirty = False
-                wlist = control.writers() if control.pending_out else []
                 polling = busy and coalesce > 0
-                if polling:
-                    # Interrupt moderation (as NAPI): while packets keep coming, sleep a fixed
-                    # interval with the data sockets unwatched and then read all that arrived.
-                    # On this kind of VM every wake-up costs ~30-50 us of CPU, more than a
-                    # packet's processing, so one wake per packet would double the cost.
-                    deadline = min(deadline, now + coalesce)
-                timeout = deadline - mono()
+                deadline = self._deadline(now, t_next, wake, polling, coalesce)
                 try:
-                    readable, writable, _ = select.select(
-                        self._ctl_rlist if polling else self._rlist,
-                        wlist,
-                        [],
-                        timeout if timeout > 0 else 0,
-                    )
+                    readable, writable = self._select(deadline, polling)
                 except InterruptedError:
                     continue
                 now = mono()
-                got = 0
-                for s in rx if polling else readable:
-                    if s in rx_set:
-                        batch.clear()
-                        n = udp_io.recv_batch(s, batch, rx_batch)
-                        if n:
-                            got += n
-                            self.rx_per_nic[s] += n
-                            for data, tos in batch:
-                                ep.on_datagram(data, tos, now)
-                if got:
-                    self.rx_datagrams += got
-                    self._sample_placed(now)
+                got = self._read(rx if polling else readable, rx_set, batch, rx_batch, now)
                 busy = got > 0
-                for s in readable:
-                    if s in rx_set:
-                        continue
-                    if s is self.wake_r:
-                        with contextlib.suppress(BlockingIOError):
-                            self.wake_r.recv(4096)
-                    else:
-                        control.on_readable(s)
-                for s in writable:
-                    control.on_writable(s)
+                self._serve_control(readable, writable, rx_set)
         finally:
             self._shutdown()
+
+    def _deadline(
+        self, now: float, t_next: float | None, wake: float | None, polling: bool, coalesce: float
+    ) -> float:
+        """When this turn's sleep ends: the earliest of the next bin, the transport's timer,
+        the pacer's next slot, a retry of a full socket buffer and (polling) the poll interval."""
+        deadline = self._next_bin
+        if t_next is not None and t_next < deadline:
+            deadline = t_next
+        if wake is not None:
+            if polling:
+                wake = max(wake, now + coalesce)  # the bucket holds 2 x coalesce of rate
+            if wake < deadline:
+                deadline = wake
+        if self.tx.backlog:
+            deadline = min(deadline, now + 200e-6)  # socket buffer full: retry soon
+        if polling:
+            # Interrupt moderation (as NAPI): while packets keep coming, sleep a fixed
+            # interval with the data sockets unwatched and then read all that arrived.
+            # On this kind of VM every wake-up costs ~30-50 us of CPU, more than a
+            # packet's processing, so one wake per packet would double the cost.
+            deadline = min(deadline, now + coalesce)
+        return deadline
+
+    def _select(self, deadline: float, polling: bool) -> tuple[list, list]:
+        """Sleep until ``deadline`` or until a watched socket is ready (data sockets unwatched
+        while ``polling``); returns the readable and the writable ones."""
+        control = self.control
+        if control.fds_dirty:
+            self._ctl_rlist = [control.listener, self.wake_r, *control.clients]
+            self._rlist = [*self.rx, *self._ctl_rlist]
+            control.fds_dirty = False
+        wlist = control.writers() if control.pending_out else []
+        timeout = deadline - time.monotonic()
+        readable, writable, _ = select.select(
+            self._ctl_rlist if polling else self._rlist,
+            wlist,
+            [],
+            timeout if timeout > 0 else 0,
+        )
+        return readable, writable
+
+    def _read(self, socks: list, rx_set: set, batch: list, limit: int, now: float) -> int:
+        """One batch from each data socket among ``socks`` into the transport; returns how many
+        datagrams."""
+        ep = self.ep
+        got = 0
+        for s in socks:
+            if s in rx_set:
+                batch.clear()
+                n = udp_io.recv_batch(s, batch, limit)
+                if n:
+                    got += n
+                    self.rx_per_nic[s] += n
+                    for data, tos in batch:
+                        ep.on_datagram(data, tos, now)
+        if got:
+            self.rx_datagrams += got
+            self._sample_placed(now)
+        return got
+
+    def _serve_control(self, readable: list, writable: list, rx_set: set) -> None:
+        control = self.control
+        for s in readable:
+            if s in rx_set:
+                continue
+            if s is self.wake_r:
+                with contextlib.suppress(BlockingIOError):
+                    self.wake_r.recv(4096)
+            else:
+                control.on_readable(s)
+        for s in writable:
+            control.on_writable(s)
 
     def _drain_rx(self, batch: list, limit: int, now: float) -> int:
         got = 0
@@ -328,41 +353,7 @@ class EndpointProcess:
         w.write_all(self.bins.take(now))
         self._write_ev_tx(now)
         for qp, job in self.job_of_qp.items():
-            conn = self.ep.connections[qp]
-            st = conn.stats
-            seen = self._ev_seen.get(qp, 0)
-            if len(st.ev_transitions) > seen:
-                for tr in st.ev_transitions[seen:]:
-                    w.write(
-                        {
-                            "type": "ev",
-                            "t": tr.at,
-                            "job": job.job_id,
-                            "peer": conn.peer,
-                            "ev": tr.ev,
-                            "old": tr.old,
-                            "new": tr.new,
-                        }
-                    )
-                self._ev_seen[qp] = len(st.ev_transitions)
-            last = self._rtt_seen.get(qp, float("-inf"))
-            new = []
-            for at, rtt in reversed(st.rtt_samples):
-                if at <= last:
-                    break
-                new.append(rtt)
-            if new:
-                self._rtt_seen[qp] = st.rtt_samples[-1][0]
-                new.reverse()
-                w.write(
-                    {
-                        "type": "rtt",
-                        "t": now,
-                        "job": job.job_id,
-                        "peer": conn.peer,
-                        **rtt_summary(new),
-                    }
-                )
+            self._write_paths(qp, job, now)
         if now >= self._next_stats:
             self._next_stats = now + self.cfg.stats_interval
             for job in self.jobs.values():
@@ -372,6 +363,39 @@ class EndpointProcess:
         if now >= self._next_flush:
             self._next_flush = now + self.cfg.flush_interval
             w.flush()
+
+    def _write_paths(self, qp: int, job: Job, now: float) -> None:
+        """A connection's EV transitions and RTT samples since the last bin (``ev``, ``rtt``)."""
+        w = self.metrics
+        conn = self.ep.connections[qp]
+        st = conn.stats
+        seen = self._ev_seen.get(qp, 0)
+        if len(st.ev_transitions) > seen:
+            for tr in st.ev_transitions[seen:]:
+                w.write(
+                    {
+                        "type": "ev",
+                        "t": tr.at,
+                        "job": job.job_id,
+                        "peer": conn.peer,
+                        "ev": tr.ev,
+                        "old": tr.old,
+                        "new": tr.new,
+                    }
+                )
+            self._ev_seen[qp] = len(st.ev_transitions)
+        last = self._rtt_seen.get(qp, float("-inf"))
+        new = []
+        for at, rtt in reversed(st.rtt_samples):
+            if at <= last:
+                break
+            new.append(rtt)
+        if new:
+            self._rtt_seen[qp] = st.rtt_samples[-1][0]
+            new.reverse()
+            w.write(
+                {"type": "rtt", "t": now, "job": job.job_id, "peer": conn.peer, **rtt_summary(new)}
+            )
 
     def _write_ev_tx(self, now: float) -> None:
         """The bin just closed: bytes sent per destination address and EV (``evtx``)."""
