@@ -1,6 +1,6 @@
 """``python -m endpoint --host h1 --config JSON_OR_PATH --control SOCK --metrics FILE.jsonl``
 
-Runs one host's endpoint process (``endpoint.daemon``) until a ``stop`` request or SIGTERM.
+Runs one host's endpoint process (``endpoint.process``) until a ``stop`` request or SIGTERM.
 Prints one line ``ready <control socket>`` on stdout once it accepts requests. Exit status 0
 on a clean stop, 2 for a bad command line or config, 1 if the sockets cannot be opened.
 """
@@ -14,7 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from endpoint.daemon import ConfigError, EndpointConfig, EndpointProcess
+from endpoint.process import EndpointProcess
+from endpoint.process_config import ConfigError, EndpointConfig
 
 
 def load_config(text: str) -> EndpointConfig:

@@ -60,7 +60,7 @@ class TransportConfig:
     ack_miss_limit: int = 2  # own ACKs missing in a row (data covered by later ACKs) -> retire
     probe_interval: float = 1e-3  # first probe this long after a retirement
     probe_interval_max: float = 16e-3  # probes back off (x2) up to this while unanswered
-    # mrc: a loss makes every EV prove itself (endpoint.sender). Off: on the fabric it cost a
+    # mrc: a loss makes every EV prove itself (endpoint.recovery). Off: on the fabric it cost a
     # spine failure its failover and gained a black hole little (docs/transport.md).
     loss_sweep: bool = False
 

@@ -18,7 +18,7 @@ Requests (every reply is one line with ``"ok": true|false``; errors name the bad
 A coordinator (a test, the scenario runner) synchronises hosts without sleeping: ``start``
 every endpoint, then ``go`` every endpoint, then ``wait`` on each — see :class:`Coordinator`.
 This module holds the line framing shared by both sides and the client; the server loop is in
-``endpoint.daemon``.
+``endpoint.control_server``.
 """
 
 from __future__ import annotations

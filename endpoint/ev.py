@@ -21,59 +21,17 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections import deque
-from enum import Enum
 from types import ModuleType
 
+from endpoint import ev_policy
 from endpoint.config import TransportConfig
+from endpoint.ev_path import EVPath, EVState
 
 EV_POLICY_ENV = "TESTBED_EV_POLICY"
 POLICY_FUNCTIONS = ("retire", "schedule_probe", "readmit")
 
 
 RECENT_ACKED = 8  # resends rotate over the EVs of this many latest ACKs
-
-
-class EVState(str, Enum):
-    GOOD = "good"
-    CONGESTED = "congested"
-    FAILED = "failed"
-
-
-class EVPath:
-    """What one connection knows about one EV."""
-
-    __slots__ = (
-        "ev",
-        "plane",
-        "state",
-        "weight",
-        "credit",
-        "failed_at",
-        "next_probe_at",
-        "probe_backoff",
-        "probe_min_seq",
-        "retirements",
-        "packets_sent",
-        "ack_misses",
-        "proven_at",
-    )
-
-    def __init__(self, ev: int, plane: int) -> None:
-        self.ev = ev
-        self.plane = plane
-        self.state = EVState.GOOD
-        self.weight = 1.0
-        self.credit = 0.0
-        self.failed_at = 0.0
-        self.next_probe_at = float("inf")
-        self.probe_backoff = 1.0
-        self.probe_min_seq = 0
-        self.retirements = 0
-        self.packets_sent = 0
-        self.ack_misses = 0  # packets in a row acknowledged only by later packets' ACKs
-        # Send time of the latest packet or probe on this EV whose own reply came back: the
-        # round trip worked then (the sender's loss sweep asks "since when?").
-        self.proven_at = float("-inf")
 
 
 class EVSet:
@@ -255,12 +213,7 @@ def current_policy() -> ModuleType:
     global _policy
     if _policy is None:
         path = os.environ.get(EV_POLICY_ENV)
-        if path:
-            _policy = load_policy(path)
-        else:
-            from endpoint import ev_policy
-
-            _policy = ev_policy
+        _policy = load_policy(path) if path else ev_policy
     return _policy
 
 

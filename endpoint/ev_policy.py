@@ -1,6 +1,6 @@
 """EV failure policy: retire an EV on loss, probe it with exponential back-off, re-admit it.
 
-Three small functions over one `endpoint.ev.EVPath`; `EVSet` calls them and owns the state
+Three small functions over one `endpoint.ev_path.EVPath`; `EVSet` calls them and owns the state
 change itself (``FAILED`` and back), its bookkeeping and the stats callback. These are the
 built-in policy and the reference for Lab 4, whose student file has the same three functions.
 An endpoint process started with ``TESTBED_EV_POLICY=/path/file.py`` uses that file's instead.
@@ -9,7 +9,7 @@ An endpoint process started with ``TESTBED_EV_POLICY=/path/file.py`` uses that f
 from __future__ import annotations
 
 from endpoint.config import TransportConfig
-from endpoint.ev import EVPath, EVState
+from endpoint.ev_path import EVPath, EVState
 
 BACKOFF_CAP = 1 << 20  # keeps the factor finite however long an EV stays dead
 

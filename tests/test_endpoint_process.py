@@ -20,11 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from endpoint import io as dio
+from endpoint import udp_io as dio
 from endpoint.config import TransportConfig
 from endpoint.control import ControlClient, ControlError, Coordinator, LineBuffer, parse_request
-from endpoint.daemon import ConfigError, EndpointConfig, Pacer, job_transport_config
 from endpoint.metrics import DeliveryBins, MetricsWriter, placed_samples, read_records
+from endpoint.pacer import Pacer
+from endpoint.process_config import ConfigError, EndpointConfig, job_transport_config
 from endpoint.simnet import Bottleneck, SimNet
 from endpoint.transport import Endpoint
 from endpoint.workloads import (
@@ -359,7 +360,7 @@ def test_pacer_counts_the_frames_its_buckets_let_go_now():
 def test_a_paced_endpoint_asks_the_transport_only_for_what_can_leave_now():
     """A window of 64 packets is open, but the pacer lets 4 frames go: the transport hands out
     4 + pace_queue, and the rest keeps its send timestamps for later (no RTT in the pacer)."""
-    from endpoint.daemon import EndpointProcess
+    from endpoint.process import EndpointProcess
 
     proc = EndpointProcess.__new__(EndpointProcess)
     proc.cfg = EndpointConfig.from_obj({"hosts": {"a": ["10.0.0.1"], "b": ["10.0.0.2"]}})

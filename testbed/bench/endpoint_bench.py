@@ -8,7 +8,7 @@ Two parts, each measured value next to the baseline it is compared with in the s
    goes; their packets/s and CPU µs per packet (user + system, from the process's own stats)
    are compared with a bare Python UDP blaster and receiver (``sendto`` / ``recv`` in a loop,
    no transport: the floor any Python endpoint pays) run on the same veth. The three send
-   designs of ``endpoint.io`` (``udp``, ``connected``, ``raw``) are measured the same way.
+   designs of ``endpoint.udp_io`` (``udp``, ``connected``, ``raw``) are measured the same way.
 2. **Goodput vs. link rate** through a real fabric with one leaf switch and two hosts
    (``testbed up --spines 1 --leaves 1 --hosts-per-leaf 2``) at 100 and 200 Mbps: application
    goodput of a bulk transfer, against the best any sender can get (payload/frame x rate) and
