@@ -298,6 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="testbed", description="Emulated leaf-spine fabric for MRC-style multipath transport."
     )
+    from contracts.project import __version__
+
+    ap.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     def named(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -425,7 +428,9 @@ def build_parser() -> argparse.ArgumentParser:
     who.add_argument("--solution", action="store_true", help="check labs/solutions/labN instead")
     who.add_argument("--code", help="check the student files in this folder instead (grading)")
     lc.add_argument("--unit-only", action="store_true", help="the unit checks only (no root)")
-    lc.add_argument("--out", help="results folder (default labs/<lab>/results)")
+    lc.add_argument(
+        "--out", help="results folder (default labs/<lab>/results; ./results/labN when installed)"
+    )
     lc.add_argument("-v", "--verbose", action="store_true", help="show pytest's own output")
     lab.set_defaults(func=cmd_lab)
     return ap
