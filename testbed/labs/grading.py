@@ -119,6 +119,14 @@ def _fail(path: Path, key: str, why: str) -> LabError:
     return LabError(f"{path}: {key}: {why}" if key else f"{path}: {why}")
 
 
+def default_results_dir(lab_dir: Path, number: int, name: str = "results") -> Path:
+    """Where a lab's results go unless ``--out`` says: ``<lab folder>/<name>``, except for the
+    labs an installed wheel carries, whose folder is inside site-packages, no place for a
+    student's runs: there ``./results/lab<N>/`` in the current directory."""
+    installed = checkout() is None and lab_dir.resolve().is_relative_to(LABS_DIR.resolve())
+    return Path.cwd() / "results" / f"lab{number}" if installed else lab_dir / name
+
+
 def load_lab(lab_dir: Path) -> Lab:
     """Read and check ``lab_dir/lab.yaml``.
 
@@ -204,14 +212,6 @@ def load_lab(lab_dir: Path) -> Lab:
         results_dir=default_results_dir(lab_dir, number, results_dir),
         results_table=table,
     )
-
-
-def default_results_dir(lab_dir: Path, number: int, name: str = "results") -> Path:
-    """Where a lab's results go unless ``--out`` says: ``<lab folder>/<name>``, except for the
-    labs an installed wheel carries, whose folder is inside site-packages, no place for a
-    student's runs: there ``./results/lab<N>/`` in the current directory."""
-    installed = checkout() is None and lab_dir.resolve().is_relative_to(LABS_DIR.resolve())
-    return Path.cwd() / "results" / f"lab{number}" if installed else lab_dir / name
 
 
 def _lab_scenario(path: Path, key: str, lab_dir: Path, entry: object) -> LabScenario:
