@@ -16,10 +16,11 @@ import importlib.resources
 import re
 from pathlib import Path
 
+from contracts.runtime import PACKAGE_ROOT
+
 DISTRIBUTION = "mrc-testbed"  # pyproject's [project] name
 SHIPPED_MARK = "__shipped_with__"  # set to DISTRIBUTION by scenarios/ and labs/ __init__.py
 
-_ROOT = Path(__file__).resolve().parents[1]  # the checkout, or site-packages when installed
 # pyproject's [project] table up to the next table (tomllib is not in Python 3.10).
 _PROJECT_TABLE_RE = re.compile(r"^\[project\]\s*$(.*?)(?=^\[|\Z)", re.M | re.S)
 
@@ -27,7 +28,7 @@ _PROJECT_TABLE_RE = re.compile(r"^\[project\]\s*$(.*?)(?=^\[|\Z)", re.M | re.S)
 def _pyproject_field(key: str) -> str | None:
     """A string field of the [project] table of a pyproject.toml next to the packages."""
     try:
-        text = (_ROOT / "pyproject.toml").read_text(encoding="utf-8")
+        text = (PACKAGE_ROOT / "pyproject.toml").read_text(encoding="utf-8")
     except OSError:
         return None
     table = _PROJECT_TABLE_RE.search(text)
@@ -37,7 +38,7 @@ def _pyproject_field(key: str) -> str | None:
 
 def checkout() -> Path | None:
     """The source checkout this code runs from, or None when it runs from an installation."""
-    return _ROOT if _pyproject_field("name") == DISTRIBUTION else None
+    return PACKAGE_ROOT if _pyproject_field("name") == DISTRIBUTION else None
 
 
 def shipped(package: str) -> Path:
@@ -52,9 +53,9 @@ def shipped(package: str) -> Path:
         module = importlib.import_module(package)
         root = importlib.resources.files(package)
     except ImportError:
-        return _ROOT / package
+        return PACKAGE_ROOT / package
     if getattr(module, SHIPPED_MARK, None) != DISTRIBUTION or not isinstance(root, Path):
-        return _ROOT / package
+        return PACKAGE_ROOT / package
     return root
 
 
