@@ -1,6 +1,6 @@
-"""The `testbed` command (DESIGN.md "Command line"): up, inspect, exec, ctl, counters, cli, down,
-clean, run, compare, list, bench, lab. Errors are one line naming the bad argument, and exit
-status 2."""
+"""The `testbed` command (docs/design.md "Command line"): up, inspect, exec, ctl, counters, cli,
+down, clean, run, compare, list, bench, lab. Errors are one line naming the bad argument, and
+exit status 2."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from contracts.project import __version__
 from testbed.analysis.report import print_comparison
 from testbed.bench import endpoint_bench, fabric_bench, failover_bench, switch_bench
 from testbed.cli.interactive import FabricCli
@@ -298,8 +299,6 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="testbed", description="Emulated leaf-spine fabric for MRC-style multipath transport."
     )
-    from contracts.project import __version__
-
     ap.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
