@@ -1,9 +1,14 @@
-"""The project's own files install and describe it: the Vagrantfile and the set-up script."""
+"""The project's own files install and describe it: the Vagrantfile, the set-up script, the
+version, and a wheel that carries the shipped scenarios and labs."""
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
+import site
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -48,3 +53,146 @@ def test_bench_plot_renders_the_committed_result(tmp_path):
     out = plot_switch_bench(result, tmp_path / "bench.png")
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+
+
+# ----- version, shipped data, and a wheel installed outside the checkout ------------------------
+
+
+def _pyproject_version() -> str:
+    table = (ROOT / "pyproject.toml").read_text().split("[project]", 1)[1].split("\n[", 1)[0]
+    found = re.search(r'^version\s*=\s*"([^"]+)"', table, re.M)
+    assert found, "pyproject.toml: no [project] version"
+    return found.group(1)
+
+
+def test_version_flag_prints_the_project_version():
+    from tests.conftest import tb
+
+    assert tb("--version").stdout.strip() == f"testbed {_pyproject_version()}"
+
+
+def test_a_checkout_reads_its_version_from_pyproject():
+    import contracts.project as project
+
+    assert project.checkout() == ROOT
+    assert project.__version__ == _pyproject_version()
+
+
+def test_shipped_data_is_found_in_the_checkout():
+    from contracts.project import shipped
+    from testbed.labs.grading import LABS_DIR
+    from testbed.scenario.catalog import SCENARIO_DIR
+
+    assert SCENARIO_DIR == shipped("scenarios") == ROOT / "scenarios"
+    assert LABS_DIR == shipped("labs") == ROOT / "labs"
+
+
+def test_someone_elses_labs_package_is_not_taken_for_ours(tmp_path, monkeypatch):
+    """`python -m testbed.cli` puts the current directory first on sys.path: a user's own
+    ``labs`` package there must not replace the shipped labs."""
+    from contracts.project import shipped
+
+    (tmp_path / "labs").mkdir()
+    (tmp_path / "labs" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "labs", raising=False)
+    assert shipped("labs") == ROOT / "labs"
+    import labs
+
+    assert Path(labs.__file__).parent == tmp_path / "labs"  # it was theirs that got imported
+
+
+def test_an_installed_labs_results_go_to_the_current_directory(tmp_path, monkeypatch):
+    from testbed.labs import grading
+
+    lab_dir = grading.lab_dirs()[0]
+    lab = grading.load_lab(lab_dir)
+    assert lab.results_dir == lab_dir / "results"  # a checkout: in the lab folder
+    monkeypatch.setattr(grading, "checkout", lambda: None)  # as if installed from a wheel
+    monkeypatch.chdir(tmp_path)
+    lab = grading.load_lab(lab_dir)
+    assert lab.results_dir == tmp_path / "results" / f"lab{lab.number}"
+    copied = tmp_path / "mine" / lab_dir.name  # a student's own copy of an installed lab
+    shutil.copytree(lab_dir, copied)
+    assert grading.load_lab(copied).results_dir == copied / "results"
+
+
+# What pip prints when the isolated build cannot get setuptools (no index, no network).
+_OFFLINE = re.compile(
+    r"No matching distribution found for setuptools|Could not find a version that satisfies"
+    r"|NewConnectionError|Temporary failure in name resolution|Network is unreachable",
+)
+
+
+def test_a_wheel_installed_outside_the_checkout_lists_scenarios_and_labs(tmp_path):
+    """Build a wheel, install it into a fresh venv, and use it from a folder with no checkout.
+
+    The build is pip's own (isolated: setuptools comes from the configured index). The
+    project's dependencies are not downloaded again: the venv sees this interpreter's
+    site-packages through a .pth file, after its own, so the wheel's copy is what runs.
+    """
+    src = tmp_path / "src"  # build from a copy: the build leaves build/ and *.egg-info behind
+    shutil.copytree(
+        ROOT,
+        src,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv", "build", "dist", "*.egg-info", "results", "__pycache__", ".*_cache",
+            ".hypothesis", ".vagrant",
+        ),
+    )  # fmt: skip
+    dist = tmp_path / "dist"
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--retries", "0", "--timeout", "20",
+         "-w", str(dist), str(src)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    if build.returncode != 0 and _OFFLINE.search(build.stdout + build.stderr):
+        pytest.skip("pip cannot get setuptools for the isolated build (no package index here)")
+    assert build.returncode == 0, build.stdout + build.stderr
+    (wheel,) = dist.glob("mrc_testbed-*.whl")
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "--no-index",
+         "-q", str(wheel)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert install.returncode == 0, install.stdout + install.stderr
+    purelib = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    (Path(purelib) / "_outer_site.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+
+    away = tmp_path / "elsewhere"  # no checkout here or above it
+    away.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+    def run(*args: str) -> str:
+        proc = subprocess.run(
+            list(args), cwd=away, env=env, capture_output=True, text=True, timeout=180
+        )
+        assert proc.returncode == 0, f"{' '.join(args)} -> {proc.returncode}\n{proc.stderr}"
+        return proc.stdout
+
+    testbed = str(venv / "bin" / "testbed")
+    where = run(str(py), "-c", "import contracts.project as p, testbed.labs.grading as g, "
+                "testbed.scenario.catalog as c; print(p.checkout(), g.LABS_DIR, c.SCENARIO_DIR, "
+                "g.find_lab(2).results_dir, sep='\\n')").split("\n")  # fmt: skip
+    assert where[0] == "None"  # an installation, not a checkout
+    for shipped_dir in where[1:3]:
+        assert shipped_dir.startswith(purelib), shipped_dir
+    assert where[3] == str(away / "results" / "lab2")
+
+    assert run(testbed, "--version").strip() == f"testbed {_pyproject_version()}"
+    listed = run(testbed, "list")
+    for path in sorted((ROOT / "scenarios").glob("*.yaml")):
+        assert path.stem in listed
+    assert "INVALID" not in listed
+    labs = run(testbed, "lab", "list")
+    assert purelib in labs and str(ROOT) not in labs
+    assert "Trim" in labs and "(broken)" not in labs
+    graded = run(testbed, "lab", "check", "2", "--solution", "--unit-only")
+    assert "Lab 2: PASSED" in graded

@@ -1,6 +1,6 @@
-"""The `testbed` command (DESIGN.md "Command line"): up, inspect, exec, ctl, counters, cli, down,
-clean, run, compare, list, bench, lab. Errors are one line naming the bad argument, and exit
-status 2."""
+"""The `testbed` command (docs/design.md "Command line"): up, inspect, exec, ctl, counters, cli,
+down, clean, run, compare, list, bench, lab. Errors are one line naming the bad argument, and
+exit status 2."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from contracts.project import __version__
 from testbed.analysis.report import print_comparison
 from testbed.bench import endpoint_bench, fabric_bench, failover_bench, switch_bench
 from testbed.cli.interactive import FabricCli
@@ -298,6 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="testbed", description="Emulated leaf-spine fabric for MRC-style multipath transport."
     )
+    ap.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     def named(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -425,7 +427,9 @@ def build_parser() -> argparse.ArgumentParser:
     who.add_argument("--solution", action="store_true", help="check labs/solutions/labN instead")
     who.add_argument("--code", help="check the student files in this folder instead (grading)")
     lc.add_argument("--unit-only", action="store_true", help="the unit checks only (no root)")
-    lc.add_argument("--out", help="results folder (default labs/<lab>/results)")
+    lc.add_argument(
+        "--out", help="results folder (default labs/<lab>/results; ./results/labN when installed)"
+    )
     lc.add_argument("-v", "--verbose", action="store_true", help="show pytest's own output")
     lab.set_defaults(func=cmd_lab)
     return ap

@@ -13,7 +13,11 @@ scenario files; its solutions are in ``labs/solutions/lab<N>/`` under the same f
    student's files plugged into the switch and endpoint processes through the environment
    (``plug_in``: e.g. ``TESTBED_TRIM_DECISION=<code>/trim_decision.py``), its expectations
    and the lab's ``require`` lines judged on summary.json; the results folders (summary.json,
-   report.md, plots) and a table of everything (``results.md``) go to ``labs/<lab>/results/``.
+   report.md, plots) and a table of everything (``results.md``) go to ``labs/<lab>/results/``
+   (see `default_results_dir`: ``./results/lab<N>/`` for the labs of an installed wheel).
+
+The labs are found through importlib.resources (contracts.project.shipped): the checkout's
+``labs/``, or the copy an installed wheel carries in site-packages.
 
 Every check is reported PASS/FAIL (or SKIP) with, for a failure, the lab's hint for it.
 """
@@ -37,8 +41,12 @@ from types import ModuleType
 
 import yaml
 
+from contracts.project import checkout, shipped
+
+# The folder holding the project's packages (the checkout, or site-packages when installed):
+# child processes get it on PYTHONPATH, and lab.yaml's "scenarios/..." paths are relative to it.
 REPO = Path(__file__).resolve().parents[2]
-LABS_DIR = REPO / "labs"
+LABS_DIR = shipped("labs")
 SOLUTIONS_DIR = LABS_DIR / "solutions"
 LAB_CODE_ENV = "TESTBED_LAB_CODE"
 KNOWN_PLUG_INS = ("TESTBED_TRIM_DECISION", "TESTBED_EV_POLICY")
@@ -109,6 +117,14 @@ class Lab:
 
 def _fail(path: Path, key: str, why: str) -> LabError:
     return LabError(f"{path}: {key}: {why}" if key else f"{path}: {why}")
+
+
+def default_results_dir(lab_dir: Path, number: int, name: str = "results") -> Path:
+    """Where a lab's results go unless ``--out`` says: ``<lab folder>/<name>``, except for the
+    labs an installed wheel carries, whose folder is inside site-packages, no place for a
+    student's runs: there ``./results/lab<N>/`` in the current directory."""
+    installed = checkout() is None and lab_dir.resolve().is_relative_to(LABS_DIR.resolve())
+    return Path.cwd() / "results" / f"lab{number}" if installed else lab_dir / name
 
 
 def load_lab(lab_dir: Path) -> Lab:
@@ -193,7 +209,7 @@ def load_lab(lab_dir: Path) -> Lab:
         scenarios=tuple(scenarios),
         hints=dict(hints),
         plug_in=dict(plug_in),
-        results_dir=lab_dir / results_dir,
+        results_dir=default_results_dir(lab_dir, number, results_dir),
         results_table=table,
     )
 

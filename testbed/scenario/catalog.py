@@ -2,7 +2,8 @@
 
 A broken shipped file must not hide the others from `testbed list`, so each entry carries its
 validation error instead of raising; `find_scenario` lets `testbed run link-failure` work
-without a path.
+without a path. The folder is found through importlib.resources (contracts.project.shipped),
+so an installed wheel lists its own copy from any directory.
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from contracts.project import shipped
 from testbed.scenario.model import ScenarioError, load_scenario
 
-SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
+SCENARIO_DIR = shipped("scenarios")  # the checkout's scenarios/, or the installed package's
 
 
 @dataclass(frozen=True)
