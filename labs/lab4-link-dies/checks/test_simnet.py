@@ -76,7 +76,7 @@ def test_sim_dead_evs_are_retired_within_two_rtts(short_outage):
     first = min(retired.values())
     for ev in sorted(bad):
         # An EV that lost a packet is retired on that loss; one that lost none was found by
-        # the loss sweep (endpoint/sender.py, if on) that the first retirement started.
+        # the loss sweep (endpoint/recovery.py, if on) that the first retirement started.
         since = first_data.get(ev, first)
         took = retired[ev] - since
         assert took <= 2 * srtt + 1e-4, f"EV {ev} retired {took * 1e3:.2f} ms after its first loss"
