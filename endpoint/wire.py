@@ -97,7 +97,7 @@ NACK_REASONS = {
 DATA_FLAG_RETX = 0x01  # this transmission is a retransmit (informational; RTT uses ts echo)
 SACK_FLAG_DUP = 0x01  # the triggering packet was a duplicate
 
-# DSCP / ToS values (DESIGN.md "Transport").
+# DSCP / ToS values (docs/design.md "Transport").
 DSCP_TRIMMABLE = 10
 DSCP_TRIMMED = 11
 DSCP_CONTROL = 46

@@ -1,6 +1,6 @@
 """AF_PACKET port I/O with a TPACKET_V2 memory-mapped receive ring.
 
-Measured on this kind of machine (DESIGN.md, "Packet I/O"): the rx ring is most of the gain over
+Measured on this kind of machine (docs/design.md, "Packet I/O"): the rx ring is most of the gain over
 one recvfrom per packet, because a burst is read with no syscall at all. V2 rather than V3:
 V3's block timeout adds ~1 ms of latency, which a switch cannot afford.
 
@@ -47,7 +47,7 @@ STUCK_SLOT_S = 0.002
 RX_FRAMES = 1024
 TX_FRAMES = 512
 # ... within this much ring memory per switch: a busy port's ring pages are all resident
-# (its slots are used in turn), and a switch's RSS budget is 60 MB (DESIGN.md).
+# (its slots are used in turn), and a switch's RSS budget is 60 MB (docs/performance.md).
 RING_BUDGET_BYTES = 24 << 20
 
 

@@ -37,7 +37,7 @@ BIN_S = 0.010
 PRE_WINDOW_S = 0.5  # healthy goodput is the median over this long before the first failure
 WARMUP_S = 0.1  # ... ignoring the workload's first 100 ms (connection set-up, slow start)
 SUSTAIN_S = 0.05  # recovered = goodput held at the target for this long, not one lucky bin
-RECOVERY_FRACTION = 0.9  # DESIGN.md: "back at >= 90% of its pre-failure level"
+RECOVERY_FRACTION = 0.9  # docs/design.md: "back at >= 90% of its pre-failure level"
 OUTAGE_FRACTION = 0.5  # a window below this share of the healthy level is an outage
 FALLBACK_EFFICIENCY = 0.85  # healthy level assumed when a failure leaves no pre-window
 
@@ -476,7 +476,7 @@ def build_summary(
     emulation: Emulation,
     started: datetime | str | None = None,
 ) -> dict[str, Any]:
-    """summary.json exactly as DESIGN.md fixes it.
+    """summary.json exactly as docs/design.md fixes it.
 
     Numbers are null where they do not exist (failover_ms without a recovered failure, step
     times without an all-reduce, P100 when a step never finished). When kernel_drops > 0,

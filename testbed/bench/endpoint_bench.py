@@ -446,7 +446,7 @@ def endpoints_on(name: str, fab, hosts: list[str], pace_mbps: float):
 
 
 def run_endpoint_bench(quick: bool = False) -> dict:
-    """The whole endpoint bench; returns the DESIGN.md "Benchmark output"-shaped object."""
+    """The whole endpoint bench; returns the docs/design.md "Benchmark output"-shaped object."""
     if os.geteuid() != 0:
         raise BenchError("bench endpoint needs root (it creates network namespaces): use sudo")
     for tool in ("ip", "ethtool", "taskset", "mnexec"):

@@ -166,7 +166,7 @@ def _median(values: list) -> float | None:
 
 
 def run_fabric_bench(quick: bool = False) -> dict:
-    """The whole fabric bench; returns the DESIGN.md "Benchmark output"-shaped object."""
+    """The whole fabric bench; returns the docs/design.md "Benchmark output"-shaped object."""
 
     if os.geteuid() != 0:
         raise BenchError("bench fabric needs root (it creates network namespaces): use sudo")

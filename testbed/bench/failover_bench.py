@@ -160,7 +160,7 @@ def _round(x: float | None) -> float | None:
 
 
 def run_failover_bench(quick: bool = False) -> dict:
-    """The whole failover bench; returns the DESIGN.md "Benchmark output"-shaped object."""
+    """The whole failover bench; returns the docs/design.md "Benchmark output"-shaped object."""
 
     if os.geteuid() != 0:
         raise BenchError("bench failover needs root (it creates network namespaces): use sudo")

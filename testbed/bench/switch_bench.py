@@ -860,7 +860,7 @@ class Retries:
 
 
 def run_switch_bench(duration_s: float = 2.0, quick: bool = False) -> dict:
-    """Run the whole switch bench; returns the DESIGN.md "Benchmark output" object."""
+    """Run the whole switch bench; returns the docs/design.md "Benchmark output" object."""
     if os.geteuid() != 0:
         raise BenchError(
             "bench switch needs root (it creates network namespaces): run it with sudo"

@@ -1,4 +1,4 @@
-"""Failure actions (the DESIGN.md list) turned into the switch requests that carry them out.
+"""Failure actions (the docs/design.md list) turned into the switch requests that carry them out.
 
 Pure: given the fabric description and an action, `plan()` returns the steps, so `testbed ctl`,
 the scenario runner and the tests share one meaning of "link-down spine1 leaf2".

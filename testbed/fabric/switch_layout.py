@@ -1,6 +1,6 @@
 """How a fabric's switch nodes map to switch processes (pure; the CLI and the builder share it).
 
-`per-node` (the default, as DESIGN.md's data flow has it): one process per switch node, in the
+`per-node` (the default, as docs/design.md's data flow has it): one process per switch node, in the
 node's namespace. `shared`: one process serves every switch node of the fabric in one event
 loop, each switch with its own ports (opened in its node's namespace), state, counters and
 control socket. Why offer both: on a 2-core machine a packet-hop between per-node processes
