@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from testbed.cli.commands import build_parser, main, params_from_args
+from testbed.cli.app import build_parser, main
+from testbed.cli.commands import params_from_args
 from testbed.fabric.failures import FailureError, ctl_request
 from tests.conftest import ROOT
 from topologies import TopologyError

@@ -60,7 +60,7 @@ def test_the_scenario_example_validates():
 
 
 def _parser_commands() -> dict[str, argparse.ArgumentParser]:
-    from testbed.cli.commands import build_parser
+    from testbed.cli.app import build_parser
 
     ap = build_parser()
     (sub,) = [a for a in ap._actions if isinstance(a, argparse._SubParsersAction)]

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from testbed.cli import commands as cli
+from testbed.cli import app as cli
 from testbed.fabric import lifecycle
 from testbed.fabric.state import RUN_ROOT
 from testbed.fabric.switch_layout import ENV, LAYOUTS, PER_NODE, SHARED, switch_layout

@@ -1,5 +1,5 @@
 import sys
 
-from testbed.cli.commands import main
+from testbed.cli.app import main
 
 sys.exit(main())

@@ -10,26 +10,21 @@ import sys
 import time
 from pathlib import Path
 
-from contracts.project import __version__
 from testbed.analysis.report import print_comparison
 from testbed.bench import endpoint_bench, fabric_bench, failover_bench, switch_bench
-from testbed.cli.interactive import FabricCli
+from testbed.cli.interactive import Dispatch, FabricCli
 from testbed.experiment.api import load
-from testbed.experiment.errors import RunError
 from testbed.experiment.runner import (
     check_runnable,
     default_out_dir,
     run_scenario,
     transports_arg,
 )
-from testbed.fabric import client, fib_view
+from testbed.fabric import client
 from testbed.fabric.cleanup import clean_all
-from testbed.fabric.failures import CTL_USAGE, FailureError
 from testbed.fabric.lifecycle import FabricError, need_root
 from testbed.fabric.session import Fabric
-from testbed.fabric.state import DEFAULT_NAME, RUN_ROOT, StateError, run_dir
-from testbed.fabric.switch_layout import ENV as SWITCH_LAYOUT_ENV
-from testbed.fabric.switch_layout import LAYOUTS
+from testbed.fabric.state import DEFAULT_NAME, RUN_ROOT, run_dir
 from testbed.labs.grading import (
     LabError,
     check_lab,
@@ -40,7 +35,7 @@ from testbed.labs.grading import (
 )
 from testbed.scenario import Scenario, ScenarioError, lint
 from testbed.scenario.catalog import format_catalog, list_scenarios
-from topologies import TopologyError, TopologyParams
+from topologies import TopologyParams
 
 
 class CliError(RuntimeError):
@@ -244,9 +239,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return _finish_run(run_scenario(sc, transports, out, judged=judged), args)
 
 
-def cmd_cli(args: argparse.Namespace) -> int:
+def cmd_cli(args: argparse.Namespace, dispatch: Dispatch) -> int:
 
-    FabricCli(args.name, dispatch=main).cmdloop()
+    FabricCli(args.name, dispatch=dispatch).cmdloop()
     return 0
 
 
@@ -293,170 +288,3 @@ def cmd_lab(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     print(format_report(report))
     return report.exit_code
-
-
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        prog="testbed", description="Emulated leaf-spine fabric for MRC-style multipath transport."
-    )
-    ap.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
-
-    def named(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        p.add_argument("--name", default=DEFAULT_NAME, help=f"fabric name (default {DEFAULT_NAME})")
-        return p
-
-    up = named(sub.add_parser("up", help="build a fabric and leave it running"))
-    d = TopologyParams()
-    up.add_argument("--spines", type=int, required=True)
-    up.add_argument("--leaves", type=int, required=True)
-    up.add_argument("--hosts-per-leaf", type=int, required=True)
-    up.add_argument("--planes", type=int, default=d.planes)
-    up.add_argument("--link-mbps", type=float, default=d.link_mbps, help="link rate; 0 = unshaped")
-    up.add_argument(
-        "--delay-us", type=float, default=d.delay_us, help="one-way propagation delay per link"
-    )
-    up.add_argument(
-        "--queue-kb", type=float, default=d.queue_kb, help="data queue per switch port (kB)"
-    )
-    up.add_argument(
-        "--ecn-kb", type=float, default=None, help="ECN marking threshold (default half the queue)"
-    )
-    up.add_argument(
-        "--trim-bytes", type=int, default=d.trim_bytes, help="frame length after trimming"
-    )
-    up.add_argument("--no-trim", action="store_true", help="tail-drop instead of trimming")
-    up.add_argument(
-        "--oversubscription",
-        type=float,
-        default=d.oversubscription,
-        help="host/uplink capacity ratio per leaf",
-    )
-    up.add_argument("--seed", type=int, default=1, help="ECMP hash seeds derive from it")
-    up.add_argument(
-        "--switch-processes",
-        choices=LAYOUTS,
-        help="one switch process per switch node (the default) or one for all of them "
-        f"(${SWITCH_LAYOUT_ENV} sets the default; docs/fabric.md)",
-    )
-    up.set_defaults(func=cmd_up)
-
-    ins = named(sub.add_parser("inspect", help="nodes, NICs, addresses, ports, PIDs"))
-    ins.add_argument("--json", action="store_true")
-    ins.set_defaults(func=cmd_inspect)
-
-    ex = named(
-        sub.add_parser("exec", help="run a command in a node's namespace (exit status kept)")
-    )
-    ex.add_argument("node")
-    ex.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ...")
-    ex.set_defaults(func=cmd_exec)
-
-    ctl = named(
-        sub.add_parser(
-            "ctl",
-            help="apply a failure action",
-            epilog=CTL_USAGE,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
-    )
-    ctl.add_argument("action")
-    ctl.add_argument("args", nargs="*")
-    ctl.add_argument("--direction", help="FROM,TO: impair one direction of the link only")
-    ctl.set_defaults(func=cmd_ctl)
-
-    co = named(sub.add_parser("counters", help="per-port switch counters"))
-    co.add_argument("--json", action="store_true")
-    co.add_argument("--hosts", action="store_true", help="host NIC counters (qdisc drops) instead")
-    co.add_argument("node", nargs="?")
-    co.set_defaults(func=cmd_counters)
-
-    fib_view.add_parsers(sub, named)
-
-    named(
-        sub.add_parser("cli", help="interactive shell: node commands plus testbed commands")
-    ).set_defaults(func=cmd_cli)
-    named(sub.add_parser("down", help="tear down exactly what `up` built")).set_defaults(
-        func=cmd_down
-    )
-    cl = sub.add_parser("clean", help="remove leftovers of this tool only (stale fabrics)")
-    cl.add_argument("--all", action="store_true", help="also tear down fabrics that are still up")
-    cl.set_defaults(func=cmd_clean)
-    sub.add_parser("list", help="shipped scenarios with one-line descriptions").set_defaults(
-        func=cmd_list
-    )
-
-    for cmd in ("run", "compare"):
-        helps = {
-            "run": "run a scenario; exit 0 iff its expectations hold",
-            "compare": "run a scenario once per transport, side by side",
-        }
-        rp = sub.add_parser(cmd, help=helps[cmd])
-        rp.add_argument("scenario", help="a YAML file, or the name of a shipped scenario")
-        rp.add_argument("--out", help="results folder (default results/NAME-TIMESTAMP)")
-        rp.add_argument("--quick", action="store_true", help="a quarter of the timeline (tests)")
-        if cmd == "run":
-            rp.add_argument("--transport", help="run this transport (or a,b,...) instead")
-            rp.set_defaults(func=cmd_run)
-        else:
-            rp.add_argument(
-                "--transports",
-                default="mrc,single-path,spray-no-failover,tcp,mptcp",
-                help="comma-separated (default: all five)",
-            )
-            rp.set_defaults(func=cmd_compare)
-
-    be = sub.add_parser("bench", help="benchmarks with same-run baselines")
-    be.add_argument("what", choices=["switch", "endpoint", "fabric", "failover"])
-    be.add_argument("--json", action="store_true")
-    be.add_argument("--duration", type=float, default=2.0, help="seconds per measurement")
-    be.add_argument("--quick", action="store_true", help="shorter runs (CI)")
-    be.set_defaults(func=cmd_bench)
-
-    lab = sub.add_parser("lab", help="teaching labs: list them, grade your code")
-    lab_sub = lab.add_subparsers(dest="lab_cmd", required=True, metavar="list|check")
-    lab_sub.add_parser("list", help="the labs and what each asks you to write")
-    lc = lab_sub.add_parser(
-        "check",
-        help="run a lab's checks against your code (unit tests, then a short scenario as root)",
-        description="Exit 0 if every check passed, 1 if one failed, 3 if the unit checks "
-        "passed but the scenario part was skipped because it needs root.",
-    )
-    lc.add_argument("number", type=int, help="the lab's number")
-    who = lc.add_mutually_exclusive_group()
-    who.add_argument("--solution", action="store_true", help="check labs/solutions/labN instead")
-    who.add_argument("--code", help="check the student files in this folder instead (grading)")
-    lc.add_argument("--unit-only", action="store_true", help="the unit checks only (no root)")
-    lc.add_argument(
-        "--out", help="results folder (default labs/<lab>/results; ./results/labN when installed)"
-    )
-    lc.add_argument("-v", "--verbose", action="store_true", help="show pytest's own output")
-    lab.set_defaults(func=cmd_lab)
-    return ap
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except (
-        CliError,
-        FabricError,
-        FailureError,
-        TopologyError,
-        StateError,
-        client.ClientError,
-        RunError,
-    ) as exc:
-        print(f"testbed: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("testbed: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # `testbed counters | head`
-        sys.stderr.close()
-        return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

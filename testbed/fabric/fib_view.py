@@ -9,7 +9,6 @@ source port then shows. The tables are built by pure functions, tested without r
 
 from __future__ import annotations
 
-import argparse
 import ipaddress
 import socket
 import struct
@@ -204,7 +203,7 @@ def live_ports(name: str, node: str | None = None) -> dict[str, dict[str, bool]]
     return out
 
 
-def _host_address(st, host: str, dst_ip: str | None = None) -> tuple[str, str]:
+def host_address(st, host: str, dst_ip: str | None = None) -> tuple[str, str]:
     """(address, leaf) of `host`'s NIC; with dst_ip, the NIC on the same plane as dst_ip."""
     node = st.nodes.get(host)
     if node is None or node.get("kind") != "host":
@@ -215,52 +214,3 @@ def _host_address(st, host: str, dst_ip: str | None = None) -> tuple[str, str]:
         plane = dst_ip.split(".")[1]
         intfs = [i for i in intfs if i["ip"].split(".")[1] == plane] or intfs
     return intfs[0]["ip"].split("/")[0], intfs[0]["peer"]
-
-
-def cmd_fib(args: argparse.Namespace) -> int:
-    configs = load_configs(args.name)
-    if args.node not in configs:
-        raise client.ClientError(
-            f"fib: {args.node!r} is not a switch of fabric {args.name!r} "
-            f"(switches: {', '.join(configs)})"
-        )
-    up = live_ports(args.name, args.node)
-    rows = fib_rows(configs[args.node], None if up is None else up.get(args.node))
-    print(format_fib(configs[args.node], rows, live_known=up is not None))
-    return 0
-
-
-def cmd_path(args: argparse.Namespace) -> int:
-    st = client.state(args.name)
-    configs = load_configs(args.name)
-    if args.dst in st.nodes:
-        dst_ip, _ = _host_address(st, args.dst)
-    else:
-        try:
-            dst_ip = str(ipaddress.IPv4Address(args.dst))
-        except ValueError:
-            raise client.ClientError(
-                f"path: {args.dst!r} is neither a node nor an IPv4 address"
-            ) from None
-    src_ip, leaf = _host_address(st, args.src, dst_ip)
-    proto = PROTOCOLS[args.proto]
-    up = live_ports(args.name) or {}
-    hops = walk(configs, up, leaf, src_ip, dst_ip, args.sport, args.dport, proto)
-    print(format_path(args.src, src_ip, dst_ip, args.sport, args.dport, proto, hops))
-    return 0
-
-
-def add_parsers(sub, named) -> None:
-    """Register `fib` and `path` on the `testbed` command's sub-parsers."""
-    fp = named(sub.add_parser("fib", help="a switch's static FIB and ECMP groups (live members)"))
-    fp.add_argument("node", help="a switch, e.g. leaf1 or spine2")
-    fp.set_defaults(func=cmd_fib)
-    pp = named(
-        sub.add_parser("path", help="the switches a 5-tuple crosses, by the switches' own hash")
-    )
-    pp.add_argument("src", help="source host, e.g. h1")
-    pp.add_argument("dst", help="destination host or address, e.g. h6 or 10.1.3.2")
-    pp.add_argument("--sport", type=int, default=49152, help="UDP/TCP source port (the EV)")
-    pp.add_argument("--dport", type=int, default=4791, help="destination port (default RoCEv2)")
-    pp.add_argument("--proto", choices=sorted(PROTOCOLS), default="udp")
-    pp.set_defaults(func=cmd_path)
