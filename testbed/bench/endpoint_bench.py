@@ -38,12 +38,14 @@ from endpoint.metrics import placed_samples
 from testbed.analysis import metrics as tm
 from testbed.fabric import client
 from testbed.fabric.failures import ctl_request
+from testbed.fabric.lifecycle import FabricError
+from testbed.fabric.session import Fabric
 from testbed.harness.endpoints import (
     EndpointProcs,
     FabricEndpoints,
     run_job,
 )
-from topologies import leaf_spine
+from topologies import TopologyParams
 
 REPO = Path(__file__).resolve().parents[2]
 PR_SET_PDEATHSIG = 1
@@ -373,27 +375,15 @@ def _fabric_udp_baseline(
     return rx["bytes"] * 8 / max(rx["seconds"], 1e-9) / 1e6
 
 
-def _testbed(*args: str) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "testbed.cli", *args], capture_output=True, text=True,
-        timeout=180, cwd=REPO, env=_env(),
-    )  # fmt: skip
-    if proc.returncode != 0:
-        raise BenchError(f"bench: testbed {' '.join(args)}: {proc.stderr.strip()}")
-
-
 def goodput_part(rates: tuple[int, ...], reps: int, nbytes_per_mbps: int, seconds: float) -> list:
     """Bulk h1 -> h2 through one leaf switch at each rate, against the ideal and the blaster."""
 
     rows = []
     for mbps in rates:
-        fab = leaf_spine(spines=1, leaves=1, hosts_per_leaf=2, link_mbps=mbps)
-        name = f"eb{os.getpid() % 100000}r{mbps}"
-        _testbed(
-            "up", "--name", name, "--spines", "1", "--leaves", "1", "--hosts-per-leaf", "2",
-            "--link-mbps", str(mbps),
-        )  # fmt: skip
-        with endpoints_on(name, fab, ["h1", "h2"], mbps) as eps:
+        params = TopologyParams(spines=1, leaves=1, hosts_per_leaf=2, link_mbps=mbps)
+        fabric = Fabric(params, name=f"eb{os.getpid() % 100000}r{mbps}").up()
+        name, fab = fabric.name, fabric.description
+        with endpoints_on(fabric, ["h1", "h2"], mbps) as eps:
             k0 = kernel_drops(name)
             goodputs, blasts = [], []
             for rep in range(reps):
@@ -427,19 +417,19 @@ def goodput_part(rates: tuple[int, ...], reps: int, nbytes_per_mbps: int, second
 
 
 @contextlib.contextmanager
-def endpoints_on(name: str, fab, hosts: list[str], pace_mbps: float):
-    """Endpoint processes on `hosts` of the fabric `name` (already up); on the way out, the
-    endpoints are stopped and the fabric taken down, whatever happened."""
+def endpoints_on(fabric: Fabric, hosts: list[str], pace_mbps: float):
+    """Endpoint processes on `hosts` of `fabric` (already up); on the way out, the endpoints
+    are stopped and the fabric taken down, whatever happened."""
     eps = None
     try:
-        eps = FabricEndpoints(name, fab, hosts, pace_mbps=pace_mbps)
+        eps = FabricEndpoints(fabric.name, fabric.description, hosts, pace_mbps=pace_mbps)
         yield eps
     finally:
         if eps is not None:
             eps.stop()
             eps.cleanup()
-        with contextlib.suppress(BenchError):
-            _testbed("down", "--name", name)
+        with contextlib.suppress(FabricError):
+            fabric.down()
 
 
 # ----- entry points -------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ Reported: medians, every run, ratios against the link rate and the ideal payload
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -37,7 +38,6 @@ from testbed.bench.endpoint_bench import (
     BenchError,
     _fabric_udp_baseline,
     _proc_cpu,
-    _testbed,
     bench_meta,
     ideal_goodput_mbps,
     kernel_drops,
@@ -45,9 +45,11 @@ from testbed.bench.endpoint_bench import (
     transfer_metrics,
 )
 from testbed.fabric import client
+from testbed.fabric.lifecycle import FabricError
+from testbed.fabric.session import Fabric
 from testbed.fabric.switch_layout import LAYOUTS, PER_NODE, SHARED
 from testbed.harness.endpoints import FabricEndpoints, run_job
-from topologies import leaf_spine
+from topologies import TopologyParams, leaf_spine
 
 LINK_MBPS = 100
 SRC, DST = "h1", "h3"
@@ -180,14 +182,13 @@ def run_fabric_bench(quick: bool = False) -> dict:
     fab = leaf_spine(spines=2, leaves=2, hosts_per_leaf=2, link_mbps=LINK_MBPS)
     tag = os.getpid() % 100000
     names = {layout: f"fb{tag}{layout[0]}" for layout in LAYOUTS}
+    params = TopologyParams(spines=2, leaves=2, hosts_per_leaf=2, link_mbps=LINK_MBPS)
+    fabrics: dict[str, Fabric] = {}
     eps: dict = {}
     runs: dict = {(lay, w): [] for lay in LAYOUTS for w in WORKLOADS}
     try:
         for layout, name in names.items():
-            _testbed(
-                "up", "--name", name, "--spines", "2", "--leaves", "2", "--hosts-per-leaf", "2",
-                "--link-mbps", str(LINK_MBPS), "--switch-processes", layout,
-            )  # fmt: skip
+            fabrics[layout] = Fabric(params, name=name, switch_processes=layout).up()
             eps[layout] = FabricEndpoints(name, fab, [SRC, DST], pace_mbps=LINK_MBPS)
         job = 0
         for rep in range(reps):
@@ -202,11 +203,9 @@ def run_fabric_bench(quick: bool = False) -> dict:
         for e in eps.values():
             e.stop()
             e.cleanup()
-        for name in names.values():
-            try:
-                _testbed("down", "--name", name)
-            except BenchError:
-                pass
+        for fabric in fabrics.values():
+            with contextlib.suppress(FabricError):
+                fabric.down()
     ideal = {
         "udp": LINK_MBPS * BLAST_PAYLOAD / (BLAST_PAYLOAD + FRAME_OVERHEAD),
         "iperf3": LINK_MBPS * TCP_PAYLOAD_SHARE,

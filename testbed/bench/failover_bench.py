@@ -29,7 +29,6 @@ import time
 from testbed.analysis import metrics as tm
 from testbed.bench.endpoint_bench import (
     BenchError,
-    _testbed,
     bench_meta,
     ctl,
     endpoints_on,
@@ -37,8 +36,9 @@ from testbed.bench.endpoint_bench import (
     transfer_metrics,
 )
 from testbed.fabric.paths import source_ports_via
+from testbed.fabric.session import Fabric
 from testbed.harness.endpoints import run_job
-from topologies import leaf_spine
+from topologies import TopologyParams
 
 LINK_MBPS = 100
 BLACKHOLE = ("spine1", "leaf2")
@@ -166,15 +166,12 @@ def run_failover_bench(quick: bool = False) -> dict:
         raise BenchError("bench failover needs root (it creates network namespaces): use sudo")
     reps = 1 if quick else 3
     nbytes = 20_000_000  # ~2-3 s at what this machine carries: the heal falls inside it
-    fab = leaf_spine(spines=2, leaves=2, hosts_per_leaf=2, link_mbps=LINK_MBPS)
-    name = f"fb{os.getpid() % 100000}"
+    params = TopologyParams(spines=2, leaves=2, hosts_per_leaf=2, link_mbps=LINK_MBPS)
     started = time.time()
-    _testbed(
-        "up", "--name", name, "--spines", "2", "--leaves", "2", "--hosts-per-leaf", "2",
-        "--link-mbps", str(LINK_MBPS),
-    )  # fmt: skip
+    fabric = Fabric(params, name=f"fb{os.getpid() % 100000}").up()
+    name, fab = fabric.name, fabric.description
     runs: dict[str, list[dict]] = {t: [] for t in TRANSPORTS}
-    with endpoints_on(name, fab, ["h1", "h3"], LINK_MBPS) as eps:
+    with endpoints_on(fabric, ["h1", "h3"], LINK_MBPS) as eps:
         job = 0
         for _ in range(reps):
             for mode in TRANSPORTS:
