@@ -223,17 +223,17 @@ class FabricBuilder:
         failures: list[str] = []
         procs = []
         for src in fab.hosts():
-            ips = [ip for h, ip in targets if h != src]
+            dsts = [addr for h, addr in targets if h != src]
             script = " ".join(
-                f"(ping -n -q -c1 -W{timeout_s:g} {ip} >/dev/null 2>&1 || echo {ip}) &"
-                for ip in ips
+                f"(ping -n -q -c1 -W{timeout_s:g} {addr} >/dev/null 2>&1 || echo {addr}) &"
+                for addr in dsts
             )
             procs.append(
                 (src, self.node(src).popen(["sh", "-c", script + " wait"], stdout=subprocess.PIPE))
             )
         for src, proc in procs:
             out, _ = proc.communicate(timeout=timeout_s * 4 + 5)
-            failures += [f"{src} -> {ip}" for ip in out.decode().split()]
+            failures += [f"{src} -> {addr}" for addr in out.decode().split()]
         return failures
 
     # ----- teardown ---------------------------------------------------------------------------

@@ -20,13 +20,12 @@ from contextlib import contextmanager
 from functools import wraps
 from pathlib import Path
 
-from pyroute2 import IPRoute, NetlinkError
-from pyroute2.ethtool import Ethtool
+from pyroute2 import Ethtool, IPRoute, NetlinkError
 
 from switch.netns import Netns
 
-# What `ethtool -K DEV tso off gso off gro off tx off rx off sg off` turns off: each short name
-# is the kernel features ethtool matches for it (ethtool's common.c, off_flag_def).
+# What ethtool(8) turns off for `-K DEV tso off gso off gro off tx off rx off sg off`: each short
+# name stands for the kernel features it matches (ethtool's common.c, off_flag_def).
 OFFLOAD_FEATURES = {
     "tso": "tx-tcp*-segmentation",
     "gso": "tx-generic-segmentation",
@@ -35,7 +34,7 @@ OFFLOAD_FEATURES = {
     "rx": "rx-checksum",
     "sg": "tx-scatter-gather*",
 }
-RTPROT_BOOT = 3  # what `ip route add` marks its routes with; pyroute2 would say "static"
+RTPROT_BOOT = 3  # what iproute2 marks the routes it adds with; pyroute2 would say "static"
 RTNH_F_ONLINK = 4  # the gateway is on the link even though no address of ours covers it
 TC_H_ROOT = 0xFFFFFFFF
 TBF_MAX_RATE_BPS = 2**32 - 1  # pyroute2's tbf has no 64-bit rate attribute (34.4 Gbit/s)
@@ -69,9 +68,9 @@ def _request(method):
 class NodeNetlink:
     """The requests the fabric makes of one namespace, on sockets opened inside it."""
 
-    def __init__(self, ipr: IPRoute, ethtool: Ethtool, node: str) -> None:
+    def __init__(self, ipr: IPRoute, eth: Ethtool, node: str) -> None:
         self.ipr = ipr
-        self.ethtool = ethtool
+        self.eth = eth
         self.node = node  # for messages
         self._index: dict[str, int] = {}
 
@@ -87,7 +86,7 @@ class NodeNetlink:
     @staticmethod
     @_request
     def sysctl(key: str, value: int) -> None:
-        """Write a net.* sysctl of this namespace (the calling thread is inside it)."""
+        """Write a /proc/sys/net value of this namespace (the calling thread is inside it)."""
         Path("/proc/sys", *key.split(".")).write_text(f"{value}\n")
 
     @_request
@@ -97,12 +96,12 @@ class NodeNetlink:
     @_request
     def offloads_off(self, ifname: str) -> None:
         """Otherwise AF_PACKET sees 64 KB GSO frames and forwarding breaks."""
-        features = self.ethtool.get_features(ifname)
+        features = self.eth.get_features(ifname)
         for pattern in OFFLOAD_FEATURES.values():
             for name, feature in features.features.items():
                 if feature.available and fnmatch.fnmatchcase(name, pattern):
                     feature.enable = False
-        self.ethtool.set_features(ifname, features)
+        self.eth.set_features(ifname, features)
 
     @_request
     def add_address(self, ifname: str, ip: str, prefixlen: int) -> None:
@@ -169,11 +168,11 @@ class NodeNetlink:
 
 @contextmanager
 def node_netlink(pid: int, node: str) -> Iterator[NodeNetlink]:
-    """Netlink, ethtool and /proc/sys/net of the namespace of process `pid` (Mininet node
+    """Netlink, SIOCETHTOOL and /proc/sys/net of the namespace of process `pid` (Mininet node
     `node`), for the body; the calling thread is back in its own namespace after."""
     try:
         ns = Netns(f"/proc/{pid}/ns/net")
     except OSError as exc:
         raise NamespaceError(exc.errno, f"{node}: namespace of pid {pid}: {exc.strerror}") from None
-    with ns, ns.entered(), IPRoute() as ipr, Ethtool() as ethtool:
-        yield NodeNetlink(ipr, ethtool, node)
+    with ns, ns.entered(), IPRoute() as ipr, Ethtool() as eth:
+        yield NodeNetlink(ipr, eth, node)

@@ -22,23 +22,13 @@ ARP or a routing daemon; every port has its offloads off.
 from __future__ import annotations
 
 import errno
-import sys
 from dataclasses import dataclass
 
 from mininet.node import Host, Node
 from mininet.topo import Topo
 
-try:
-    from testbed.fabric.netlink import NodeNetlink, node_netlink
-    from topologies import Fabric, TopologyParams, leaf_spine
-except ImportError:  # exec'd by `mn --custom` without the project on sys.path
-    import inspect
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(inspect.getframeinfo(inspect.currentframe()).filename).parents[2]))
-    from testbed.fabric.netlink import NodeNetlink, node_netlink
-    from topologies import Fabric, TopologyParams, leaf_spine
-
+from testbed.fabric.netlink import NamespaceError, NodeNetlink, node_netlink
+from topologies import Fabric, TopologyParams, leaf_spine
 
 # ----- the topology ---------------------------------------------------------------------------
 
@@ -115,8 +105,8 @@ class FabricHost(Host):
         configure_host(self.pid, fabric, self.name)
         for intf in fabric.interfaces[self.name]:
             # What Mininet reports (node.IP(), pingall's targets) is what was configured.
-            self.intf(intf.name).ip = intf.ip
-            self.intf(intf.name).prefixLen = intf.prefixlen
+            mn_intf = self.intf(intf.name)
+            mn_intf.ip, mn_intf.prefixLen = intf.ip, intf.prefixlen
         return result
 
 
@@ -162,12 +152,12 @@ def configure_host(pid: int, fabric: Fabric, name: str) -> None:
             nl.add_route(r.prefix, r.via, r.dev)
         for n in fabric.host_neighbours[name]:
             nl.set_neighbour(n.ip, n.mac, n.dev)
-        present = nl.addresses()
-        for intf in fabric.interfaces[name]:
-            if intf.ip not in present:
-                raise OSError(
-                    errno.EADDRNOTAVAIL, f"{name}: address {intf.ip} missing on {intf.name}"
-                )
+        wanted = {i.ip: i.name for i in fabric.interfaces[name]}
+        missing = sorted(set(wanted) - nl.addresses())
+        if missing:
+            raise NamespaceError(
+                errno.EADDRNOTAVAIL, f"{name}: address {missing[0]} missing on {wanted[missing[0]]}"
+            )
 
 
 def configure_router(pid: int, fabric: Fabric, name: str) -> None:
@@ -203,7 +193,8 @@ def _peer_address(fabric: Fabric, name: str, port: str) -> str:
     intf = next(i for i in fabric.interfaces[name] if i.name == port)
     peer = fabric.nodes[intf.peer_node]
     if peer.kind == "host":
-        return next(i.ip for i in fabric.interfaces[peer.name] if i.name == intf.peer_name)
+        nic = next(i for i in fabric.interfaces[peer.name] if i.name == intf.peer_name)
+        return nic.ip
     return peer.router_ip
 
 
