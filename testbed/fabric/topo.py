@@ -28,7 +28,7 @@ from mininet.node import Host, Node
 from mininet.topo import Topo
 
 from testbed.fabric.netlink import NamespaceError, NodeNetlink, node_netlink
-from topologies import Fabric, TopologyParams, leaf_spine
+from topologies import Fabric, leaf_spine
 
 # ----- the topology ---------------------------------------------------------------------------
 
@@ -52,15 +52,9 @@ class LeafSpineTopo(Topo):
         switch_cls=None,
         **params,
     ) -> None:
-        if fabric is None:
+        if fabric is None:  # from `mn --topo leafspine,...`: the arguments of leaf_spine()
             fabric = leaf_spine(
-                TopologyParams(
-                    spines=spines,
-                    leaves=leaves,
-                    hosts_per_leaf=hosts_per_leaf,
-                    planes=planes,
-                    **params,
-                )
+                spines=spines, leaves=leaves, hosts_per_leaf=hosts_per_leaf, planes=planes, **params
             )
         self.fabric = fabric
         for name, node in fabric.nodes.items():
