@@ -94,3 +94,33 @@ def test_plain_mininet_pingall_through_linux_routers():
     assert [p for p in pids if _exists(p)] == [], "node shells left behind"
     # Every interface lived in a node namespace; none was ever in ours.
     assert not any(n.startswith(("h1-", "leaf1-", "spine1-")) for n in os.listdir("/sys/class/net"))
+
+
+@pytest.mark.netns
+def test_netlink_failures_carry_errno_and_name_the_request():
+    import errno
+    import subprocess
+
+    from testbed.fabric.netlink import NamespaceError, node_netlink
+
+    holder = subprocess.Popen(["unshare", "-n", "sleep", "30"])
+    try:
+        deadline = time.monotonic() + 5
+        while os.stat(f"/proc/{holder.pid}/ns/net").st_ino == os.stat("/proc/self/ns/net").st_ino:
+            assert time.monotonic() < deadline, "unshare did not start"
+            time.sleep(0.01)
+        with node_netlink(holder.pid, "n1") as nl:
+            nl.link_up("lo")
+            nl.add_address("lo", "10.9.9.9", 32)
+            with pytest.raises(NamespaceError) as exc:
+                nl.add_address("lo", "10.9.9.9", 32)
+            assert exc.value.errno == errno.EEXIST and "n1: add_address lo" in str(exc.value)
+            with pytest.raises(NamespaceError) as exc:
+                nl.add_route("10.1.0.0/16", "10.9.9.1", "nope-eth0")
+            assert exc.value.errno == errno.ENODEV
+            assert nl.addresses() >= {"127.0.0.1", "10.9.9.9"}
+        # The thread is back home: the address is not here.
+        assert "10.9.9.9" not in Path("/proc/net/fib_trie").read_text()
+    finally:
+        holder.kill()
+        holder.wait()

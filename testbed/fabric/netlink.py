@@ -74,7 +74,6 @@ class NodeNetlink:
         self.node = node  # for messages
         self._index: dict[str, int] = {}
 
-    @_request
     def index(self, ifname: str) -> int:
         if ifname not in self._index:
             found = self.ipr.link_lookup(ifname=ifname)
@@ -83,9 +82,8 @@ class NodeNetlink:
             self._index[ifname] = found[0]
         return self._index[ifname]
 
-    @staticmethod
     @_request
-    def sysctl(key: str, value: int) -> None:
+    def sysctl(self, key: str, value: int) -> None:
         """Write a /proc/sys/net value of this namespace (the calling thread is inside it)."""
         Path("/proc/sys", *key.split(".")).write_text(f"{value}\n")
 
