@@ -4,25 +4,23 @@ Why: a switch process that serves several switch nodes (`python -m switch` with 
 `--config`) opens each node's AF_PACKET sockets inside that node's namespace. A socket stays in
 the namespace it was created in, so the process enters each namespace only to create sockets
 (and to look an interface up by name) and returns at once. CPython gained `os.setns` only in
-3.12; Debian 12 ships 3.11, hence libc through ctypes.
+3.12 and Debian 12 ships 3.11, so the system call comes from pyroute2 (`pyroute2.netns.setns`,
+which also takes an open descriptor: Mininet's nodes are anonymous namespaces, reachable only as
+/proc/PID/ns/net). setns moves the calling thread alone, so other threads are not disturbed.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-CLONE_NEWNET = 0x40000000
-
-_libc = ctypes.CDLL(None, use_errno=True)
+from pyroute2.netns import setns
 
 
 def _setns(fd: int) -> None:
-    if _libc.setns(fd, CLONE_NEWNET) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"setns: {os.strerror(err)}")
+    # flags=0: never create a namespace; an open descriptor is used as it is (OSError on failure).
+    setns(fd, flags=0)
 
 
 class Netns:
@@ -49,3 +47,9 @@ class Netns:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+    def __enter__(self) -> Netns:
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.close()

@@ -1,10 +1,12 @@
 """Builds a topology description into namespaces, veths and switch processes, with Mininet.
 
-Mininet is only the builder: `Mininet(controller=None, switch=None)` with every node -- hosts and
-switches alike -- as a plain namespaced Host. What makes a node a switch is the `python -m switch`
-process this module starts inside its namespace. Everything created is recorded in the fabric's
-state file as it is created, so a teardown after any failure removes exactly that, and nothing
-else (never `mn -c`, which kills by name and deletes every `*-ethN` link on the machine).
+Mininet is only the builder: `Mininet(topo=LeafSpineTopo(...), controller=None)` where the
+Topo (testbed/fabric/topo.py) is generated from the same description every other part reads.
+Its switch nodes are bare namespaces; what makes one a switch is the `python -m switch` process
+this module starts inside it. Nodes configure themselves through netlink (addresses, routes,
+neighbours, offloads, NIC rate). Everything created is recorded in the fabric's state file as
+it is created, so a teardown after any failure removes exactly that, and nothing else (never
+`mn -c`, which kills by name and deletes every `*-ethN` link on the machine).
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ from pathlib import Path
 
 from switch.config import switch_config
 from switch.control import ControlError, request
+from testbed.fabric.netlink import NamespaceError, node_netlink
 from testbed.fabric.state import FabricState, ProcessRecord, record
 from testbed.fabric.switch_layout import SHARED, switch_layout
 from topologies import Fabric
 
-OFFLOADS = ("tso", "gso", "gro", "tx", "rx", "sg")
 SWITCH_START_TIMEOUT_S = 15.0
 
 
@@ -34,10 +36,11 @@ def _mininet():
     # Imported here so that `testbed --help`, validation and pure tests never need Mininet.
     from mininet.log import setLogLevel
     from mininet.net import Mininet
-    from mininet.node import Host
+
+    from testbed.fabric import topo
 
     setLogLevel("error")
-    return Mininet, Host
+    return Mininet, topo
 
 
 class FabricBuilder:
@@ -56,42 +59,46 @@ class FabricBuilder:
     # ----- build ------------------------------------------------------------------------------
 
     def build(self) -> None:
-        Mininet, Host = _mininet()
+        Mininet, topo = _mininet()
         fab = self.fabric
         self.net = Mininet(
-            topo=None, controller=None, switch=None, host=Host, build=False, cleanup=False
+            topo=topo.LeafSpineTopo(
+                fabric=fab,
+                host_cls=self._recorded(topo.FabricHost),
+                switch_cls=self._recorded(topo.SwitchNamespace),
+            ),
+            controller=None,
+            build=False,
+            cleanup=False,
         )
-        for name, node in fab.nodes.items():
-            h = self.net.addHost(name, ip=None, inNamespace=True)
-            self.state.processes.append(record("node-shell", name, h.pid))
-            self.state.nodes[name] = {
-                "kind": node.kind,
-                "plane": node.plane,
-                "pid": h.pid,
-                "router_ip": node.router_ip,
-            }
-        self.state.save(self.dir)
-        for link in fab.links:
-            a_mac = self._mac(link.a, link.a_intf)
-            b_mac = self._mac(link.b, link.b_intf)
-            self.net.addLink(
-                link.a,
-                link.b,
-                intfName1=link.a_intf,
-                intfName2=link.b_intf,
-                addr1=a_mac,
-                addr2=b_mac,
-            )
-        for name in fab.nodes:
-            self._configure_node(name)
+        try:
+            self.net.build()  # nodes, links, then each host configures itself
+            self.net.start()  # each switch namespace configures its ports
+        except NamespaceError as exc:
+            raise BuildError(f"configuring a node failed: {exc}") from exc
         self.state.nodes = {
-            n: v | {"interfaces": [self._intf_info(i) for i in fab.interfaces[n]]}
-            for n, v in self.state.nodes.items()
+            n: self.state.nodes[n] | {"interfaces": [self._intf_info(i) for i in fab.interfaces[n]]}
+            for n in fab.nodes
         }
         self.state.save(self.dir)
 
-    def _mac(self, node: str, intf: str) -> str:
-        return next(i.mac for i in self.fabric.interfaces[node] if i.name == intf)
+    def _recorded(self, cls):
+        """A node factory for Mininet that records each node's shell as soon as it exists."""
+
+        def make(name: str, **params):
+            node = cls(name, **params)
+            spec = self.fabric.nodes[name]
+            self.state.processes.append(record("node-shell", name, node.pid))
+            self.state.nodes[name] = {
+                "kind": spec.kind,
+                "plane": spec.plane,
+                "pid": node.pid,
+                "router_ip": spec.router_ip,
+            }
+            self.state.save(self.dir)
+            return node
+
+        return make
 
     @staticmethod
     def _intf_info(i) -> dict:
@@ -107,84 +114,24 @@ class FabricBuilder:
     def node(self, name: str):
         return self.net.nameToNode[name]
 
-    def _configure_node(self, name: str) -> None:
-        node = self.node(name)
-        fab = self.fabric
-        cmds = [
-            "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
-            "ip link set lo up",
-        ]
-        for intf in fab.interfaces[name]:
-            # Offloads off: otherwise AF_PACKET sees 64 KB GSO frames and forwarding breaks.
-            cmds.append(
-                f"ethtool -K {intf.name} "
-                + " ".join(f"{o} off" for o in OFFLOADS)
-                + " >/dev/null 2>&1"
-            )
-            cmds.append(f"ip link set {intf.name} up")
-        if fab.nodes[name].kind == "host":
-            cmds += self._host_commands(name)
-        else:
-            # A switch namespace has no addresses: the kernel must never answer for the switch.
-            cmds.append("sysctl -qw net.ipv4.ip_forward=0")
-        out = node.cmd(" && ".join(cmds) + " ; echo rc=$?")
-        if not out.strip().endswith("rc=0"):
-            raise BuildError(f"configuring {name} failed: {out.strip()[-300:]}")
-        if fab.nodes[name].kind == "host":
-            self._check_host(name)
-
-    def _host_commands(self, name: str) -> list[str]:
-        fab = self.fabric
-        p = fab.params
-        cmds = []
-        for intf in fab.interfaces[name]:
-            cmds.append(f"ip addr add {intf.ip}/{intf.prefixlen} dev {intf.name}")
-            if p.link_mbps > 0:
-                cmds.append(self._tbf_command(intf.name, p.link_mbps))
-        for r in fab.host_routes[name]:
-            cmds.append(f"ip route add {r.prefix} via {r.via} dev {r.dev}")
-        for n in fab.host_neighbours[name]:
-            cmds.append(f"ip neigh replace {n.ip} lladdr {n.mac} dev {n.dev} nud permanent")
-        return cmds
-
-    @staticmethod
-    def _tbf_command(dev: str, mbps: float) -> str:
-        """The host NIC's line rate: a token bucket whose queue back-pressures the host stack.
-
-        Switch ports are shaped by the switch itself; a host has no switch, so its egress is
-        limited in its own kernel, like a NIC that cannot send faster than its link.
-        """
-        burst = max(3028, int(mbps * 1e6 / 8 * 0.0002))  # ~200 us of line rate, >= 2 frames
-        return f"tc qdisc replace dev {dev} root tbf rate {mbps:g}mbit burst {burst} latency 50ms"
-
     def set_host_rate(self, host: str, dev: str, mbps: float) -> None:
-        out = self.node(host).cmd(self._tbf_command(dev, mbps) + " ; echo rc=$?")
-        if not out.strip().endswith("rc=0"):
-            raise BuildError(f"{host}: setting the rate of {dev} failed: {out.strip()[-200:]}")
+        try:
+            with node_netlink(self.node(host).pid, host) as nl:
+                nl.set_rate(dev, mbps)
+        except NamespaceError as exc:
+            raise BuildError(f"setting the rate of {dev} failed: {exc}") from exc
 
     def host_nic_counters(self, host: str) -> dict[str, dict]:
         """Per NIC: packets sent and packets the host's own qdisc dropped (kernel side, not the
         emulated network: a sender that overruns its NIC)."""
-        import json
-
         out = {}
-        for intf in self.fabric.interfaces[host]:
-            raw = self.node(host).cmd(f"tc -s -j qdisc show dev {intf.name}")
-            try:
-                q = json.loads(raw.strip().splitlines()[-1])[0]
-                out[intf.name] = {
-                    "tx_packets": q.get("packets", 0),
-                    "qdisc_drops": q.get("drops", 0),
-                }
-            except (ValueError, IndexError, KeyError):
-                out[intf.name] = {"error": raw.strip()[-200:]}
+        with node_netlink(self.node(host).pid, host) as nl:
+            for intf in self.fabric.interfaces[host]:
+                try:
+                    out[intf.name] = nl.qdisc_counters(intf.name)
+                except NamespaceError as exc:
+                    out[intf.name] = {"error": str(exc)}
         return out
-
-    def _check_host(self, name: str) -> None:
-        out = self.node(name).cmd("ip -br addr; ip route")
-        for intf in self.fabric.interfaces[name]:
-            if intf.ip not in out:
-                raise BuildError(f"{name}: address {intf.ip} missing on {intf.name}: {out.strip()}")
 
     # ----- switches ---------------------------------------------------------------------------
 
@@ -276,17 +223,17 @@ class FabricBuilder:
         failures: list[str] = []
         procs = []
         for src in fab.hosts():
-            ips = [ip for h, ip in targets if h != src]
+            dsts = [addr for h, addr in targets if h != src]
             script = " ".join(
-                f"(ping -n -q -c1 -W{timeout_s:g} {ip} >/dev/null 2>&1 || echo {ip}) &"
-                for ip in ips
+                f"(ping -n -q -c1 -W{timeout_s:g} {addr} >/dev/null 2>&1 || echo {addr}) &"
+                for addr in dsts
             )
             procs.append(
                 (src, self.node(src).popen(["sh", "-c", script + " wait"], stdout=subprocess.PIPE))
             )
         for src, proc in procs:
             out, _ = proc.communicate(timeout=timeout_s * 4 + 5)
-            failures += [f"{src} -> {ip}" for ip in out.decode().split()]
+            failures += [f"{src} -> {addr}" for addr in out.decode().split()]
         return failures
 
     # ----- teardown ---------------------------------------------------------------------------
@@ -306,7 +253,7 @@ class FabricBuilder:
         for log in {id(f): f for f in self.switch_logs.values()}.values():
             log.close()
         if self.net is not None:
-            for node in list(self.net.hosts):
+            for node in list(self.net.hosts) + list(self.net.switches):
                 try:
                     node.terminate()
                 except Exception:  # noqa: BLE001 - keep tearing down the rest

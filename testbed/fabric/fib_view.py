@@ -88,7 +88,7 @@ def format_fib(cfg: SwitchConfig, rows: list[FibRow], live_known: bool = True) -
 
 def _probe_frame(src: str, dst: str, sport: int, dport: int, proto: int) -> bytes:
     """Just enough of a frame for the switch's flow hash (it reads fixed offsets)."""
-    ip = struct.pack(
+    ipv4 = struct.pack(
         "!BBHHHBBH4s4s",
         0x45,
         0,
@@ -101,7 +101,7 @@ def _probe_frame(src: str, dst: str, sport: int, dport: int, proto: int) -> byte
         socket.inet_aton(src),
         socket.inet_aton(dst),
     )
-    return bytes(14) + ip + struct.pack("!HHHH", sport, dport, 8, 0)
+    return bytes(14) + ipv4 + struct.pack("!HHHH", sport, dport, 8, 0)
 
 
 def _fib_of(cfg: SwitchConfig, ports_up: dict[str, bool]) -> Fib:

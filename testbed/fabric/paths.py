@@ -17,7 +17,7 @@ from topologies import Fabric
 
 
 def _frame(src: str, dst: str, sport: int, dport: int, proto: int) -> bytes:
-    ip = struct.pack(
+    ipv4 = struct.pack(
         "!BBHHHBBH4s4s",
         0x45,
         0,
@@ -30,7 +30,7 @@ def _frame(src: str, dst: str, sport: int, dport: int, proto: int) -> bytes:
         socket.inet_aton(src),
         socket.inet_aton(dst),
     )
-    return bytes(14) + ip + struct.pack("!HHHH", sport, dport, 8, 0)
+    return bytes(14) + ipv4 + struct.pack("!HHHH", sport, dport, 8, 0)
 
 
 def predict_path(
