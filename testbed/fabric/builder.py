@@ -18,10 +18,11 @@ import sys
 import time
 from pathlib import Path
 
+from contracts.runtime import child_env
 from switch.config import switch_config
 from switch.control import ControlError, request
 from testbed.fabric.netlink import NamespaceError, node_netlink
-from testbed.fabric.state import FabricState, ProcessRecord, record
+from testbed.fabric.state import FabricState, ProcessRecord, process_start_ticks, record
 from testbed.fabric.switch_layout import SHARED, switch_layout
 from topologies import Fabric
 
@@ -33,7 +34,9 @@ class BuildError(RuntimeError):
 
 
 def _mininet():
-    # Imported here so that `testbed --help`, validation and pure tests never need Mininet.
+    # Lazy on purpose (Mininet, and `topo` which subclasses its classes): `testbed --help`,
+    # validation, the API's pure parts and pure tests never need Mininet, and only the
+    # supervisor process builds a fabric.
     from mininet.log import setLogLevel
     from mininet.net import Mininet
 
@@ -186,7 +189,7 @@ class FabricBuilder:
         cmd = [switch_python(), "-m", "switch", *args, "--die-with-parent"]
         if len(names) == 1:
             cmd = ["mnexec", "-a", str(self.node(names[0]).pid), *cmd]
-        env = os.environ | {"PYTHONPATH": _project_root()}
+        env = child_env()
         proc = subprocess.Popen(
             cmd,
             stdout=log,
@@ -268,10 +271,4 @@ def switch_python() -> str:
 
 
 def _ticks_or_zero(pid: int) -> int:
-    from testbed.fabric.state import process_start_ticks
-
     return process_start_ticks(pid) or 0
-
-
-def _project_root() -> str:
-    return str(Path(__file__).resolve().parents[2])

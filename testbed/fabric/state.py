@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 RUN_ROOT = Path(os.environ.get("TESTBED_RUN_ROOT", "/run/testbed"))
@@ -45,6 +45,9 @@ class ProcessRecord:
         return process_start_ticks(self.pid) == self.start_ticks
 
 
+PROCESS_FIELDS = frozenset(f.name for f in fields(ProcessRecord))
+
+
 @dataclass
 class FabricState:
     name: str
@@ -71,7 +74,14 @@ class FabricState:
             ) from None
         except (OSError, json.JSONDecodeError) as exc:
             raise StateError(f"{directory}/state.json unreadable: {exc}") from None
-        d["processes"] = [ProcessRecord(**p) for p in d.get("processes", [])]
+        # Keys this version does not know (a newer testbed wrote the file) are ignored, so
+        # `testbed clean` can still read -- and remove -- any fabric of this tool.
+        known = {f.name for f in fields(cls)}
+        d = {k: v for k, v in d.items() if k in known}
+        d["processes"] = [
+            ProcessRecord(**{k: v for k, v in p.items() if k in PROCESS_FIELDS})
+            for p in d.get("processes", [])
+        ]
         return cls(**d)
 
 

@@ -13,12 +13,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import sys
 import threading
 import time
 import traceback
+from dataclasses import asdict
 from pathlib import Path
 
 from switch.control import ControlError, request
@@ -103,8 +105,6 @@ class Supervisor:
         return {"ok": False, "error": f"unknown op {op!r}"}
 
     def inspect(self) -> dict:
-        from dataclasses import asdict
-
         d = asdict(self.state)
         for p in d["processes"]:
             p["alive"] = any(r.pid == p["pid"] and r.alive() for r in self.state.processes)
@@ -283,8 +283,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _remove_dir(d: Path) -> None:
-    import shutil
-
     shutil.rmtree(d, ignore_errors=True)
 
 
