@@ -33,16 +33,15 @@ import time
 from collections import deque
 from dataclasses import dataclass, field, fields
 
+from contracts.framing import FRAME_OVERHEAD
+from contracts.ports import ROCEV2_UDP_PORT
 from endpoint import io as dio
 from endpoint.config import Mode, TransportConfig
 from endpoint.control import LineBuffer, encode, parse_request
 from endpoint.metrics import BIN_S, DeliveryBins, MetricsWriter, rtt_summary
 from endpoint.transport import Endpoint
-from endpoint.wire import TOS_CONTROL
 from endpoint.workloads import Job, WorkloadError
 
-FRAME_OVERHEAD = 14 + 20 + 8
-DATA_PORT = 4791
 _TRANSPORT_FIELDS = {f.name for f in fields(TransportConfig)}
 _JOB_KEYS = {"op", "job", "workload", "mode", "evs", "ev_base", "transport", "go"}
 
@@ -74,7 +73,7 @@ class EndpointConfig:
     """What every endpoint of a fabric shares (the ``--config`` JSON)."""
 
     hosts: dict[str, list[str]]  # host -> its NIC addresses, plane 1 first (config order = index)
-    port: int = DATA_PORT
+    port: int = ROCEV2_UDP_PORT
     io: str = "udp"
     pace_mbps: float = 0.0  # 0 = no pacing
     pace_queue: int = 2  # packets queued in the pacer before the transport is no longer polled
@@ -510,10 +509,9 @@ class EndpointProcess:
         out = self.ep.poll_transmit(now, pacer.frames_now(now) + self.cfg.pace_queue - queued)
         if not out:
             return wake
+        control = self.ep.cfg.tos_control  # the fabric's control DSCP (endpoint config)
         for t in out:
-            pacer.push(
-                t.plane, (t.ev, addrs[t.peer][t.plane], t.payload, t.tos), t.tos == TOS_CONTROL
-            )
+            pacer.push(t.plane, (t.ev, addrs[t.peer][t.plane], t.payload, t.tos), t.tos == control)
         return pacer.drain(now, self._paced_send)
 
     def _paced_send(self, plane: int, ev: int, dst: str, payload: bytes, tos: int) -> None:

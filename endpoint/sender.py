@@ -32,8 +32,6 @@ from endpoint.wire import (
     NACK_OUT_OF_WINDOW,
     NACK_SEQUENCE,
     NACK_TRIMMED,
-    TOS_CONTROL,
-    TOS_DATA,
 )
 
 _INFLIGHT, _LOST, _ACKED = 0, 1, 2
@@ -99,6 +97,7 @@ class Sender:
     ) -> None:
         self.cfg = cfg
         self.mode = cfg.mode
+        self._tos_data, self._tos_control = cfg.tos_data, cfg.tos_control  # the fabric's DSCPs
         self.local_qp = local_qp
         self.remote_qp = remote_qp
         self.stats = stats
@@ -169,7 +168,7 @@ class Sender:
             self.probe_seq += 1
             payload = codec.encode_probe(self.remote_qp, p.ev, seq, int(now * 1e9))
             self.stats.counters["probe_tx"] += 1
-            out.append((p.ev, p.plane, payload, TOS_CONTROL))
+            out.append((p.ev, p.plane, payload, self._tos_control))
         self._probe_queue.clear()
         self._pace_blocked = False
         retx = self.retx
@@ -263,7 +262,7 @@ class Sender:
         c = self.stats.counters
         c["data_tx"] += 1
         c["data_bytes_tx"] += p.length
-        out.append((ev, plane, payload, TOS_DATA))
+        out.append((ev, plane, payload, self._tos_data))
         if self._tail_copies > 1 and p.reason in _LAST_RESORT:
             self._send_copies(p, payload, out)
 
@@ -286,7 +285,7 @@ class Sender:
             used.add(path.ev)
             path.packets_sent += 1
             c["tail_copies_tx"] += 1
-            out.append((path.ev, path.plane, payload, TOS_DATA))
+            out.append((path.ev, path.plane, payload, self._tos_data))
 
     # -- feedback ------------------------------------------------------------------------------
 

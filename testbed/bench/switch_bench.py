@@ -46,6 +46,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from contracts import dscp
+
 REPO = Path(__file__).resolve().parents[2]
 LOADGEN_SRC = Path(__file__).with_name("loadgen.c")
 
@@ -59,7 +61,7 @@ OFFLOADS = ("tso", "gso", "gro", "tx", "rx", "sg")
 DUTS = ("switch", "switch_unshaped", "repeater", "scapy_naive", "kernel_bridge")
 BASELINES = ("repeater", "scapy_naive", "kernel_bridge")
 FRAME_SIZES = (1400, 64)
-TOS_TRIMMABLE = (10 << 2) | 2  # DSCP 10 (trimmable), ECT(0): what MRC-style data carries
+TOS_TRIMMABLE = dscp.tos(dscp.TRIMMABLE_DSCP, dscp.ECN_ECT0)  # what MRC-style data carries
 TOS_BEST_EFFORT = 0  # not trimmable: what overflows the queue is tail-dropped
 FLOWS = 8  # UDP source ports 49152..49159 (the EV)
 LINE_RATE_MBPS = 100_000.0  # "shaped at a rate that never binds"

@@ -41,6 +41,7 @@ from typing import Any, TextIO
 
 from rich.live import Live
 
+from contracts.ports import ROCEV2_UDP_PORT
 from endpoint.control import ControlError
 from endpoint.metrics import placed_samples
 from testbed.analysis.metrics import (
@@ -405,7 +406,7 @@ def _path_namer(sc: Scenario, seed: int) -> Callable[[str, str, int], str]:
             if dst is None:
                 cache[key] = addr
             else:
-                nodes = predict_path(fab, src, dst, ev, 4791, plane=plane, seed=seed)
+                nodes = predict_path(fab, src, dst, ev, ROCEV2_UDP_PORT, plane=plane, seed=seed)
                 spines = [n for n in nodes if fab.nodes[n].kind == "spine"]
                 cache[key] = f"via {spines[0]}" if spines else f"via {nodes[1]}"
         return cache[key]

@@ -15,6 +15,7 @@ import socket
 import struct
 from dataclasses import dataclass
 
+from contracts.ports import ROCEV2_UDP_PORT
 from switch.config import SwitchConfig
 from switch.fib import BUCKET_MASK, Fib, select_next_hop
 from testbed.fabric import client
@@ -261,6 +262,8 @@ def add_parsers(sub, named) -> None:
     pp.add_argument("src", help="source host, e.g. h1")
     pp.add_argument("dst", help="destination host or address, e.g. h6 or 10.1.3.2")
     pp.add_argument("--sport", type=int, default=49152, help="UDP/TCP source port (the EV)")
-    pp.add_argument("--dport", type=int, default=4791, help="destination port (default RoCEv2)")
+    pp.add_argument(
+        "--dport", type=int, default=ROCEV2_UDP_PORT, help="destination port (default RoCEv2)"
+    )
     pp.add_argument("--proto", choices=sorted(PROTOCOLS), default="udp")
     pp.set_defaults(func=cmd_path)

@@ -20,7 +20,6 @@ Every check is reported PASS/FAIL (or SKIP) with, for a failure, the lab's hint 
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import os
@@ -36,6 +35,8 @@ from pathlib import Path
 from types import ModuleType
 
 import yaml
+
+from contracts.plugins import load_plugin
 
 REPO = Path(__file__).resolve().parents[2]
 LABS_DIR = REPO / "labs"
@@ -287,16 +288,8 @@ def load_student(name: str) -> ModuleType:
     if not path.is_file():
         raise LabError(f"{LAB_CODE_ENV}={code}: no file {path.name}")
     mod_name = f"lab_student_{path.stem}_{next(_fresh)}"
-    spec = importlib.util.spec_from_file_location(mod_name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[mod_name] = module  # dataclasses and pickling look modules up by name
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[mod_name]
-        raise
-    return module
+    # registered: dataclasses and pickling look the module up by name
+    return load_plugin(path, mod_name, register=True)
 
 
 # ----- grading ---------------------------------------------------------------------------------
