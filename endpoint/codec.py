@@ -16,6 +16,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 
+from contracts.framing import BTH_LEN
 from endpoint.wire import (
     OP_MRC_PROBE,
     OP_MRC_PROBE_ACK,
@@ -45,7 +46,6 @@ __all__ = [
 
 _M24 = 0xFFFFFF
 _BTH = ">BBHII"  # opcode, SE|M|pad|tver, P_Key, resv8|dqpn, A|resv7|psn
-BTH_LEN = 12
 _DATA = struct.Struct(_BTH + "QIIIHBBQII")
 _ACK = struct.Struct(_BTH + "IIIQHBBQ")  # + AETH, cum word, base word, bitmap, ev, ecn, fl, ts
 _NACK = struct.Struct(_BTH + "IIHBBQ")  # + AETH, cum word, ev, reason, resv, ts

@@ -11,6 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from contracts.dscp import (
+    CONTROL_DSCP,
+    ECN_ECT0,
+    TRIMMABLE_DSCP,
+    TRIMMED_DSCP,
+    check_dscps,
+    tos,
+)
 from endpoint.psn import MAX_WINDOW
 
 
@@ -77,6 +85,12 @@ class TransportConfig:
     max_reassembly_bytes: int = 1024 * 1024 * 1024  # bytes reserved by partial messages
     rtt_samples_kept: int = 4096
 
+    # DSCPs: the fabric's (topologies.TopologyParams), which the runner puts in every endpoint's
+    # config; a switch trims, prioritises and re-marks by these values, so both must agree.
+    trimmable_dscp: int = TRIMMABLE_DSCP  # data (sent ECT(0): switches may CE-mark it)
+    trimmed_dscp: int = TRIMMED_DSCP  # what a switch re-marks a trimmed header with
+    control_dscp: int = CONTROL_DSCP  # ACKs, NACKs, probes
+
     def __post_init__(self) -> None:
         mode = Mode(self.mode)
         object.__setattr__(self, "mode", mode)
@@ -104,6 +118,20 @@ class TransportConfig:
             raise ValueError("ack_every must be >= 1")
         if not 0 < self.weight_min <= 1:
             raise ValueError("weight_min must be in (0, 1]")
+        problem = check_dscps(self.trimmable_dscp, self.trimmed_dscp, self.control_dscp)
+        if problem:
+            raise ValueError(problem)
+
+    @property
+    def tos_data(self) -> int:
+        """IP TOS byte of data packets: trimmable, ECN-capable."""
+        return tos(self.trimmable_dscp, ECN_ECT0)
+
+    @property
+    def tos_control(self) -> int:
+        """IP TOS byte of control packets (Not-ECT: they use the priority queue, which never
+        marks)."""
+        return tos(self.control_dscp)
 
     def ev_values(self) -> list[int]:
         return [self.ev_base + i for i in range(self.num_evs)]

@@ -18,11 +18,11 @@ is on plane i % planes, on different planes).
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections import deque
 from types import ModuleType
 
+from contracts.plugins import load_plugin
 from endpoint import ev_policy
 from endpoint.config import TransportConfig
 from endpoint.ev_path import EVPath, EVState
@@ -196,11 +196,7 @@ _policy: ModuleType | None = None  # what EVSets built from now on use; None: no
 
 def load_policy(path: str) -> ModuleType:
     """The Python file at `path` as a policy module (``retire``, ``schedule_probe``, ``readmit``)."""
-    spec = importlib.util.spec_from_file_location("ev_policy_plugin", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"{EV_POLICY_ENV}={path}: not a Python file")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_plugin(path, "ev_policy_plugin", source=f"{EV_POLICY_ENV}={path}")
     missing = [f for f in POLICY_FUNCTIONS if not callable(getattr(module, f, None))]
     if missing:
         raise ImportError(f"{EV_POLICY_ENV}={path}: no function {', '.join(missing)}")

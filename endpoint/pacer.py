@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import deque
 
-FRAME_OVERHEAD = 14 + 20 + 8
+from contracts.framing import FRAME_OVERHEAD
 
 
 class Pacer:

@@ -32,7 +32,6 @@ from endpoint.metrics import DeliveryBins, MetricsWriter, rtt_summary
 from endpoint.pacer import Pacer
 from endpoint.process_config import ConfigError, EndpointConfig, job_transport_config
 from endpoint.transport import Endpoint
-from endpoint.wire import TOS_CONTROL
 from endpoint.workloads import Job
 
 _JOB_KEYS = {"op", "job", "workload", "mode", "evs", "ev_base", "transport", "go"}
@@ -320,10 +319,9 @@ class EndpointProcess:
         out = self.ep.poll_transmit(now, pacer.frames_now(now) + self.cfg.pace_queue - queued)
         if not out:
             return wake
+        control = self.ep.cfg.tos_control  # the fabric's control DSCP (endpoint config)
         for t in out:
-            pacer.push(
-                t.plane, (t.ev, addrs[t.peer][t.plane], t.payload, t.tos), t.tos == TOS_CONTROL
-            )
+            pacer.push(t.plane, (t.ev, addrs[t.peer][t.plane], t.payload, t.tos), t.tos == control)
         return pacer.drain(now, self._paced_send)
 
     def _paced_send(self, plane: int, ev: int, dst: str, payload: bytes, tos: int) -> None:

@@ -9,11 +9,11 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass, field, fields
 
+from contracts.ports import ROCEV2_UDP_PORT
 from endpoint import udp_io
 from endpoint.config import Mode, TransportConfig
 from endpoint.metrics import BIN_S
 
-DATA_PORT = 4791
 _TRANSPORT_FIELDS = {f.name for f in fields(TransportConfig)}
 
 # TransportConfig's defaults are tuned on endpoint.simnet, where nothing but the modelled
@@ -44,7 +44,7 @@ class EndpointConfig:
     """What every endpoint of a fabric shares (the ``--config`` JSON)."""
 
     hosts: dict[str, list[str]]  # host -> its NIC addresses, plane 1 first (config order = index)
-    port: int = DATA_PORT
+    port: int = ROCEV2_UDP_PORT
     io: str = "udp"
     pace_mbps: float = 0.0  # 0 = no pacing
     pace_queue: int = 2  # packets queued in the pacer before the transport is no longer polled

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from contracts.dscp import ECN_CE
 from endpoint import codec
 from endpoint.codec import DataPacket, ProbePacket
 from endpoint.config import Mode, TransportConfig
@@ -19,13 +20,10 @@ from endpoint.psn import PSN_MASK, psn_add, psn_diff
 from endpoint.reassembly import Reassembly
 from endpoint.stats import ConnectionStats
 from endpoint.wire import (
-    DSCP_TRIMMED,
-    ECN_CE,
     NACK_OUT_OF_WINDOW,
     NACK_SEQUENCE,
     NACK_TRIMMED,
     SACK_FLAG_DUP,
-    TOS_CONTROL,
 )
 
 SACK_BITS = 64
@@ -84,6 +82,8 @@ class Receiver:
         self._pairs = {} if self.go_back_n or self._spray_replies else cfg.reply_pairs()
         self._reply_evs = cfg.ev_values()
         self._reply_next = 0
+        self._trimmed_dscp = cfg.trimmed_dscp  # the fabric's: a switch re-marked the packet
+        self._tos_control = cfg.tos_control
 
     def _reply_ev(self, data_ev: int) -> int:
         if not self._spray_replies:
@@ -113,9 +113,9 @@ class Receiver:
             drops["out_of_window"] += 1
             if not self.go_back_n:
                 nack = self._nack(psn, pkt.ev, NACK_OUT_OF_WINDOW, pkt.send_ts)
-                out.append((self._reply_ev(pkt.ev), nack, TOS_CONTROL))
+                out.append((self._reply_ev(pkt.ev), nack, self._tos_control))
             return
-        if (tos >> 2) == DSCP_TRIMMED or pkt.trimmed:
+        if (tos >> 2) == self._trimmed_dscp or pkt.trimmed:
             st.counters["trimmed_rx"] += 1
             if self.go_back_n:
                 drops["trimmed"] += 1  # RoCE RC: a cut packet fails its ICRC and is dropped
@@ -123,7 +123,7 @@ class Receiver:
             else:
                 st.counters["nack_tx"] += 1
                 nack = self._nack(psn, pkt.ev, NACK_TRIMMED, pkt.send_ts)
-                out.append((self._reply_ev(pkt.ev), nack, TOS_CONTROL))
+                out.append((self._reply_ev(pkt.ev), nack, self._tos_control))
             return
         if not codec.crc_ok(raw, pkt.pkt_crc):
             drops["bad_crc"] += 1
@@ -195,7 +195,11 @@ class Receiver:
             self._nak_sent_for = self.rcv_nxt
             self.stats.counters["nack_tx"] += 1
             out.append(
-                (pkt.ev, self._nack(self.rcv_nxt, pkt.ev, NACK_SEQUENCE, pkt.send_ts), TOS_CONTROL)
+                (
+                    pkt.ev,
+                    self._nack(self.rcv_nxt, pkt.ev, NACK_SEQUENCE, pkt.send_ts),
+                    self._tos_control,
+                )
             )
 
     # -- ACKs --------------------------------------------------------------------------------
@@ -241,7 +245,7 @@ class Receiver:
             SACK_FLAG_DUP if dup else 0,
             self.msn,
         )
-        out.append((self._reply_ev(ev), payload, TOS_CONTROL))
+        out.append((self._reply_ev(ev), payload, self._tos_control))
 
     def _nack(self, psn: int, ev: int, reason: int, ts: int) -> bytes:
         return codec.encode_nack(self.remote_qp, psn, self.rcv_nxt, ev, reason, ts, self.msn)
@@ -254,4 +258,4 @@ class Receiver:
             return
         self.stats.counters["probe_rx"] += 1
         reply = codec.encode_probe_ack(self.remote_qp, pkt.ev, pkt.probe_seq, pkt.send_ts)
-        out.append((self._reply_ev(pkt.ev), reply, TOS_CONTROL))
+        out.append((self._reply_ev(pkt.ev), reply, self._tos_control))

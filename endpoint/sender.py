@@ -25,8 +25,6 @@ from endpoint.wire import (
     NACK_OUT_OF_WINDOW,
     NACK_SEQUENCE,
     NACK_TRIMMED,
-    TOS_CONTROL,
-    TOS_DATA,
 )
 
 _MAX_RTT_SAMPLE = 30.0  # seconds; a larger "RTT" comes from a forged or corrupt timestamp
@@ -45,6 +43,7 @@ class Sender:
         first_msg_id: int = 0,
     ) -> None:
         self.cfg = cfg
+        self._tos_data, self._tos_control = cfg.tos_data, cfg.tos_control  # the fabric's DSCPs
         self.local_qp = local_qp
         self.remote_qp = remote_qp
         self.stats = stats
@@ -152,7 +151,7 @@ class Sender:
         for p in paths:
             payload = codec.encode_probe(self.remote_qp, p.ev, rec.next_probe_seq(), int(now * 1e9))
             self.stats.counters["probe_tx"] += 1
-            out.append((p.ev, p.plane, payload, TOS_CONTROL))
+            out.append((p.ev, p.plane, payload, self._tos_control))
 
     def _may_send(self, size: int, now: float) -> bool:
         cwnd = self.cc.cwnd
@@ -200,7 +199,7 @@ class Sender:
         c = self.stats.counters
         c["data_tx"] += 1
         c["data_bytes_tx"] += p.length
-        out.append((ev, plane, payload, TOS_DATA))
+        out.append((ev, plane, payload, self._tos_data))
         if self._tail_copies > 1 and p.reason in LAST_RESORT:
             self._send_copies(p, payload, out)
 
@@ -232,7 +231,7 @@ class Sender:
             used.add(path.ev)
             path.packets_sent += 1
             c["tail_copies_tx"] += 1
-            out.append((path.ev, path.plane, payload, TOS_DATA))
+            out.append((path.ev, path.plane, payload, self._tos_data))
 
     # -- feedback ------------------------------------------------------------------------------
 

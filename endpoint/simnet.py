@@ -7,8 +7,12 @@ It models what the transport must survive, per direction ``src -> dst``:
 * per path: propagation delay, random extra delay (reordering), loss, duplication, random
   trimming, and a black-hole switch; plus black-holed EV subsets, independent of paths;
 * per destination, optionally, a rate-limited bottleneck with a byte-bounded data queue, ECN
-  marking above a threshold, trimming (cut to ``trim_bytes`` of frame, DSCP 11) or tail drop,
-  and a strict-priority queue for control packets and trimmed headers (like the switch).
+  marking above a threshold, trimming (cut to ``trim_bytes`` of frame, re-marked with the
+  trimmed DSCP) or tail drop, and a strict-priority queue for control packets and trimmed
+  headers (like the switch).
+
+DSCPs and queue defaults are the fabric's (``contracts``); a SimNet built with other DSCPs
+treats packets as switches configured with them would, to test endpoints configured alike.
 
 Everything random comes from one seeded ``random.Random``: a run is a pure function of its seed.
 """
@@ -21,10 +25,10 @@ import zlib
 from collections import Counter, deque
 from dataclasses import dataclass, replace
 
+from contracts import defaults
+from contracts.dscp import CONTROL_DSCP, ECN_MASK, TRIMMABLE_DSCP, TRIMMED_DSCP
+from contracts.framing import FRAME_OVERHEAD
 from endpoint.transport import Endpoint, Transmit
-from endpoint.wire import DSCP_CONTROL, DSCP_TRIMMABLE, DSCP_TRIMMED
-
-FRAME_OVERHEAD = 14 + 20 + 8  # Ethernet + IPv4 + UDP around the UDP payload
 
 
 @dataclass(frozen=True)
@@ -39,17 +43,20 @@ class PathSpec:
 
 @dataclass(frozen=True)
 class Bottleneck:
-    rate_bps: float = 100e6
-    queue_bytes: int = 64_000
-    ecn_bytes: int = 32_000
-    trimming: bool = True
-    trim_bytes: int = 128  # of frame, as in the switch
-    prio_bytes: int = 64_000  # priority queue bound (control + trimmed headers)
+    rate_bps: float = defaults.LINK_MBPS * 1e6
+    queue_bytes: int = int(defaults.QUEUE_KB * 1000)
+    ecn_bytes: int = int(defaults.ecn_threshold_kb(defaults.QUEUE_KB) * 1000)
+    trimming: bool = defaults.TRIMMING
+    trim_bytes: int = defaults.TRIM_BYTES  # of frame, as in the switch
+    # priority queue bound (control + trimmed headers), as the switch sizes it
+    prio_bytes: int = defaults.prio_limit_bytes(defaults.QUEUE_KB * 1000)
 
 
-def trim_payload(payload: bytes, tos: int, trim_bytes: int) -> tuple[bytes, int]:
-    """What a trimming switch leaves of a UDP payload: a cut and DSCP 11 (ECN bits kept)."""
-    return payload[: max(0, trim_bytes - FRAME_OVERHEAD)], (DSCP_TRIMMED << 2) | (tos & 3)
+def trim_payload(
+    payload: bytes, tos: int, trim_bytes: int, trimmed_dscp: int = TRIMMED_DSCP
+) -> tuple[bytes, int]:
+    """What a trimming switch leaves of a UDP payload: a cut and the trimmed DSCP (ECN kept)."""
+    return payload[: max(0, trim_bytes - FRAME_OVERHEAD)], (trimmed_dscp << 2) | (tos & ECN_MASK)
 
 
 class _Queue:
@@ -68,8 +75,19 @@ class _Queue:
 class SimNet:
     """Endpoints by name, the network between them, and the event loop that drives both."""
 
-    def __init__(self, seed: int = 0, n_paths: int = 16, default_path: PathSpec | None = None):
+    def __init__(
+        self,
+        seed: int = 0,
+        n_paths: int = 16,
+        default_path: PathSpec | None = None,
+        trimmable_dscp: int = TRIMMABLE_DSCP,
+        trimmed_dscp: int = TRIMMED_DSCP,
+        control_dscp: int = CONTROL_DSCP,
+    ):
         self.rng = random.Random(seed)
+        self.trimmable_dscp = trimmable_dscp
+        self.trimmed_dscp = trimmed_dscp
+        self.control_dscp = control_dscp
         self.n_paths = n_paths
         self.default_path = default_path or PathSpec()
         self.now = 0.0
@@ -134,8 +152,8 @@ class SimNet:
             c["drop_loss"] += 1
             return
         payload, tos = tx.payload, tx.tos
-        if path.trim and (tos >> 2) == DSCP_TRIMMABLE and rng.random() < path.trim:
-            payload, tos = trim_payload(payload, tos, 128)
+        if path.trim and (tos >> 2) == self.trimmable_dscp and rng.random() < path.trim:
+            payload, tos = trim_payload(payload, tos, defaults.TRIM_BYTES, self.trimmed_dscp)
             c["trim_path"] += 1
         copies = 2 if path.dup and rng.random() < path.dup else 1
         c["dup"] += copies - 1
@@ -151,13 +169,15 @@ class SimNet:
         spec = q.spec
         dscp = tos >> 2
         size = len(payload) + FRAME_OVERHEAD
-        if dscp in (DSCP_CONTROL, DSCP_TRIMMED) or dscp != DSCP_TRIMMABLE and not (tos & 3):
+        trimmable = self.trimmable_dscp
+        if dscp in (self.control_dscp, self.trimmed_dscp) or dscp != trimmable and not (tos & 3):
             self._enqueue_prio(q, payload, tos)
         else:
             if q.data_bytes + size > spec.queue_bytes:
-                if spec.trimming and dscp == DSCP_TRIMMABLE:
+                if spec.trimming and dscp == trimmable:
                     self.counters["trim_queue"] += 1
-                    self._enqueue_prio(q, *trim_payload(payload, tos, spec.trim_bytes))
+                    trimmed = trim_payload(payload, tos, spec.trim_bytes, self.trimmed_dscp)
+                    self._enqueue_prio(q, *trimmed)
                 else:
                     self.counters["drop_queue"] += 1
                     return

@@ -36,6 +36,9 @@ from scapy.fields import (
 from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_layers
 
+from contracts.dscp import CONTROL_DSCP, ECN_ECT0, TRIMMABLE_DSCP, tos
+from contracts.framing import BTH_LEN, DATA_EXT_LEN
+from contracts.ports import ROCEV2_UDP_PORT
 from endpoint.psn import (  # re-exported: labs craft packets and compare PSNs from one module
     PSN_MASK,
     PSN_MOD,
@@ -62,8 +65,6 @@ __all__ = [
     "psn_le",
     "psn_lt",
 ]
-
-ROCE_UDP_PORT = 4791
 
 # InfiniBand RC opcodes (IBA vol. 1, table 38) plus two from the manufacturer-specific range
 # 0xC0-0xFF, which no standard transport uses, for the MRC-style path probes.
@@ -97,17 +98,11 @@ NACK_REASONS = {
 DATA_FLAG_RETX = 0x01  # this transmission is a retransmit (informational; RTT uses ts echo)
 SACK_FLAG_DUP = 0x01  # the triggering packet was a duplicate
 
-# DSCP / ToS values (docs/design.md "Transport").
-DSCP_TRIMMABLE = 10
-DSCP_TRIMMED = 11
-DSCP_CONTROL = 46
-ECN_ECT0 = 0b10
-ECN_CE = 0b11
-TOS_DATA = (DSCP_TRIMMABLE << 2) | ECN_ECT0
-TOS_CONTROL = DSCP_CONTROL << 2
+# DSCP / ToS values with the default DSCPs (docs/design.md "Transport"), for tests and labs that
+# craft packets; a connection marks its packets with its TransportConfig's (the fabric's) DSCPs.
+TOS_DATA = tos(TRIMMABLE_DSCP, ECN_ECT0)
+TOS_CONTROL = tos(CONTROL_DSCP)
 
-BTH_LEN = 12
-DATA_EXT_LEN = 40
 PKT_CRC_AT = BTH_LEN + 36  # byte offset of MRCData.pkt_crc in the UDP payload
 _ZERO_CRC = bytes(4)
 
@@ -263,7 +258,7 @@ class MRCProbeAck(Packet):
         return self.sprintf("MRCProbeAck ev=%ev_echo% seq=%probe_seq%")
 
 
-bind_layers(UDP, BTH, dport=ROCE_UDP_PORT)
+bind_layers(UDP, BTH, dport=ROCEV2_UDP_PORT)
 bind_layers(BTH, MRCData, opcode=OP_RC_RDMA_WRITE_ONLY)
 bind_layers(BTH, AETH, opcode=OP_RC_ACKNOWLEDGE)
 bind_layers(AETH, MRCSack, syndrome=SYNDROME_ACK)

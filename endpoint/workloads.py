@@ -2,9 +2,10 @@
 
 Sans-IO like the transport: a :class:`Job` is told the time, the messages delivered and the
 messages the peer acknowledged, and it posts messages on its connections. The endpoint process
-(``endpoint.daemon``) drives it over UDP; tests drive the very same code on ``endpoint.simnet``.
+(``endpoint.process``) drives it over UDP; tests drive the very same code on ``endpoint.simnet``.
 
-Kinds (sizes in bytes, or strings such as ``"20MB"``, ``"1MiB"``):
+Kinds (sizes in bytes, or strings such as ``"20MB"``, ``"1MiB"``; the schema, the host checks
+and the flow matrix are ``contracts.workloads``, shared with the scenario file):
 
 * ``bulk``        ``{src, dst, bytes}``: one pair.
 * ``permutation`` ``{bytes, pairs?}``: every host sends to one and receives from one. The
@@ -39,41 +40,34 @@ comparable across hosts because all namespaces share CLOCK_MONOTONIC) and starts
 
 from __future__ import annotations
 
-import math
-import re
 import struct
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from contracts.sizes import SizeError
+from contracts.sizes import parse_size as parse_bytes
+from contracts.workloads import (
+    AllreduceWorkload,
+    Flow,
+    WorkloadSpecError,
+    allreduce_per_hop,
+    parse_job,
+    ring,
+)
+from contracts.workloads import flows_of as _flows_of
 from endpoint.config import TransportConfig
 from endpoint.receiver import Delivery
 from endpoint.stats import MessageCompletion
 from endpoint.transport import Connection, Endpoint
 
-KINDS = ("bulk", "permutation", "incast", "alltoall", "flows", "allreduce")
 MAX_JOB = 4095  # QP = job << 12 | host index: both 12 bits
 MAX_HOSTS = 4095
-DEFAULT_MESSAGE_BYTES = 1 << 20
-DEFAULT_WINDOW_MESSAGES = 4
-MAX_MESSAGE_BYTES = 64 << 20
 
 HEADER = struct.Struct("!2sBBIII")  # magic, kind, version, job, step, index
 MAGIC = b"MW"
 K_FLOW, K_RING_DATA, K_RING_GO, K_RING_DONE = 1, 2, 3, 4
 _DONE_EXTRA = struct.Struct("!Q")  # DONE carries the latest finish time seen (ns)
-
-_UNITS = {
-    "": 1,
-    "B": 1,
-    "KB": 1000,
-    "MB": 1000**2,
-    "GB": 1000**3,
-    "KIB": 1024,
-    "MIB": 1024**2,
-    "GIB": 1024**3,
-}
-_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
 class WorkloadError(ValueError):
@@ -81,20 +75,22 @@ class WorkloadError(ValueError):
 
 
 def parse_size(value: object, key: str) -> int:
-    if isinstance(value, bool):
-        raise WorkloadError(f"{key}: expected a size, got {value!r}")
-    if isinstance(value, int):
-        n = value
-    elif isinstance(value, str) and (m := _SIZE_RE.match(value)):
-        unit = m.group(2).upper()
-        if unit not in _UNITS:
-            raise WorkloadError(f"{key}: unknown unit {m.group(2)!r} (B, KB, MB, GB, KiB, ...)")
-        n = int(float(m.group(1)) * _UNITS[unit])
-    else:
-        raise WorkloadError(f"{key}: expected a size such as 1000000 or '20MB', got {value!r}")
-    if n < 0:
-        raise WorkloadError(f"{key}: must be >= 0")
-    return n
+    """`contracts.sizes.parse_size`, its error a WorkloadError naming `key`."""
+    try:
+        return parse_bytes(value)
+    except SizeError as exc:
+        raise WorkloadError(f"{key}: {exc}") from None
+
+
+def flows_of(spec: object, hosts: list[str], path: str = "workload") -> list[Flow]:
+    """The traffic matrix of a flow workload (not allreduce), validated."""
+    try:
+        workload = parse_job(spec, hosts, path)
+    except WorkloadSpecError as exc:
+        raise WorkloadError(str(exc)) from None
+    if isinstance(workload, AllreduceWorkload):
+        raise WorkloadError(f"{path}.kind: allreduce has no flow list")
+    return _flows_of(workload, hosts)
 
 
 def qp_number(job: int, host_index: int) -> int:
@@ -150,115 +146,6 @@ def parse_message(data: bytes, job: int) -> tuple[int, int, int, bytes] | None:
         if tail and data[HEADER.size :] != _pattern(len(data))[HEADER.size :]:
             return None
     return kind, step, index, extra
-
-
-# ----- specs ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Flow:
-    src: str
-    dst: str
-    bytes: int
-
-
-def _host_list(value: object, key: str, hosts: list[str]) -> list[str]:
-    if value == "all":
-        return list(hosts)
-    if not isinstance(value, list) or not value:
-        raise WorkloadError(f"{key}: expected a list of hosts or 'all'")
-    for i, h in enumerate(value):
-        if h not in hosts:
-            raise WorkloadError(f"{key}[{i}]: unknown host {h!r}")
-    if len(set(value)) != len(value):
-        raise WorkloadError(f"{key}: a host is listed twice")
-    return list(value)
-
-
-def _host(spec: dict, key: str, hosts: list[str], path: str) -> str:
-    h = spec.get(key)
-    if h not in hosts:
-        raise WorkloadError(f"{path}.{key}: unknown host {h!r}")
-    return h
-
-
-_ALLOWED = {
-    "bulk": {"src", "dst", "bytes"},
-    "permutation": {"bytes", "pairs"},
-    "incast": {"dst", "srcs", "bytes"},
-    "alltoall": {"bytes"},
-    "flows": {"flows"},
-    "allreduce": {"hosts", "bytes", "steps"},
-}
-_COMMON = {"kind", "message_bytes", "window_messages"}
-
-
-def flows_of(spec: dict, hosts: list[str], path: str = "workload") -> list[Flow]:
-    """The traffic matrix of a flow workload (not allreduce), validated."""
-    if not isinstance(spec, dict):
-        raise WorkloadError(f"{path}: expected an object")
-    kind = spec.get("kind")
-    if kind not in KINDS:
-        raise WorkloadError(f"{path}.kind: expected one of {', '.join(KINDS)}, got {kind!r}")
-    for key in spec:
-        if key not in _ALLOWED[kind] | _COMMON:
-            raise WorkloadError(f"{path}.{key}: unknown key for a {kind} workload")
-    if kind == "flows":
-        items = spec.get("flows")
-        if not isinstance(items, list) or not items:
-            raise WorkloadError(f"{path}.flows: expected a list of [src, dst, bytes]")
-        out = []
-        for i, item in enumerate(items):
-            if not isinstance(item, list | tuple) or len(item) != 3:
-                raise WorkloadError(f"{path}.flows[{i}]: expected [src, dst, bytes]")
-            src, dst, n = item
-            if src not in hosts or dst not in hosts or src == dst:
-                raise WorkloadError(f"{path}.flows[{i}]: bad hosts {src!r} -> {dst!r}")
-            out.append(Flow(src, dst, parse_size(n, f"{path}.flows[{i}][2]")))
-        return out
-    if kind == "allreduce":
-        raise WorkloadError(f"{path}.kind: allreduce has no flow list")
-    if "bytes" not in spec:
-        raise WorkloadError(f"{path}.bytes: required")
-    n = parse_size(spec["bytes"], f"{path}.bytes")
-    if kind == "bulk":
-        src, dst = _host(spec, "src", hosts, path), _host(spec, "dst", hosts, path)
-        if src == dst:
-            raise WorkloadError(f"{path}.dst: same host as src")
-        return [Flow(src, dst, n)]
-    if kind == "incast":
-        dst = _host(spec, "dst", hosts, path)
-        srcs = _host_list(spec.get("srcs", "all"), f"{path}.srcs", hosts)
-        return [Flow(s, dst, n) for s in srcs if s != dst]
-    if kind == "alltoall":
-        return [Flow(a, b, n) for a in hosts for b in hosts if a != b]
-    # permutation
-    pairs = spec.get("pairs")
-    if pairs is None:
-        if len(hosts) < 2:
-            raise WorkloadError(f"{path}: a permutation needs two hosts")
-        shift = max(1, len(hosts) // 2)
-        return [Flow(h, hosts[(i + shift) % len(hosts)], n) for i, h in enumerate(hosts)]
-    if not isinstance(pairs, list):
-        raise WorkloadError(f"{path}.pairs: expected a list of [src, dst]")
-    out = []
-    for i, pair in enumerate(pairs):
-        if not isinstance(pair, list | tuple) or len(pair) != 2:
-            raise WorkloadError(f"{path}.pairs[{i}]: expected [src, dst]")
-        if pair[0] not in hosts or pair[1] not in hosts or pair[0] == pair[1]:
-            raise WorkloadError(f"{path}.pairs[{i}]: bad hosts {pair!r}")
-        out.append(Flow(pair[0], pair[1], n))
-    return out
-
-
-def _options(spec: dict, path: str) -> tuple[int, int]:
-    mb = parse_size(spec.get("message_bytes", DEFAULT_MESSAGE_BYTES), f"{path}.message_bytes")
-    if not 1 <= mb <= MAX_MESSAGE_BYTES:
-        raise WorkloadError(f"{path}.message_bytes: must be 1..{MAX_MESSAGE_BYTES}")
-    win = spec.get("window_messages", DEFAULT_WINDOW_MESSAGES)
-    if not isinstance(win, int) or isinstance(win, bool) or not 1 <= win <= 1024:
-        raise WorkloadError(f"{path}.window_messages: must be an integer 1..1024")
-    return mb, win
 
 
 # ----- roles ------------------------------------------------------------------------------------
@@ -394,7 +281,7 @@ class AllreduceRole(_Role):
         self.peers = [] if n == 1 else sorted({self.next, self.prev}, key=ctx.hosts.index)
         self.steps = steps
         self.phases = 2 * (n - 1)
-        self.per_hop = math.ceil(2 * (n - 1) * nbytes / n) if n > 1 else 0
+        self.per_hop = allreduce_per_hop(n, nbytes)
         q, r = divmod(self.per_hop, self.phases) if n > 1 else (0, 0)
         self.sizes = [q + (1 if k < r else 0) for k in range(self.phases)]
         self.bytes = nbytes
@@ -583,24 +470,22 @@ class Job:
         self.cfg = cfg
         self.emit = emit or (lambda _r: None)
         self.kind = spec.get("kind") if isinstance(spec, dict) else None
-        message_bytes, window = _options(spec if isinstance(spec, dict) else {}, "workload")
-        if self.kind == "allreduce":
-            for key in spec:
-                if key not in _ALLOWED["allreduce"] | _COMMON:
-                    raise WorkloadError(f"workload.{key}: unknown key for an allreduce workload")
-            ring = _host_list(spec.get("hosts", "all"), "workload.hosts", hosts)
-            if "bytes" not in spec:
-                raise WorkloadError("workload.bytes: required")
-            steps = spec.get("steps", 1)
-            if not isinstance(steps, int) or isinstance(steps, bool) or not 1 <= steps <= 100_000:
-                raise WorkloadError("workload.steps: must be an integer 1..100000")
-            nbytes = parse_size(spec["bytes"], "workload.bytes")
+        try:
+            workload = parse_job(spec, hosts)
+        except WorkloadSpecError as exc:
+            raise WorkloadError(str(exc)) from None
+        if isinstance(workload, AllreduceWorkload):
+            ranks = ring(workload, hosts)
             self.role: _Role = (
-                AllreduceRole(self, ring, host, nbytes, steps) if host in ring else _IdleRole()
+                AllreduceRole(self, ranks, host, workload.bytes, workload.steps)
+                if host in ranks
+                else _IdleRole()
             )
         else:
-            flows = flows_of(spec, hosts)
-            self.role = FlowRole(self, flows, host, message_bytes, window)
+            flows = _flows_of(workload, hosts)
+            self.role = FlowRole(
+                self, flows, host, workload.message_bytes, workload.window_messages
+            )
         self.index = hosts.index(host) + 1
         self.conns: dict[str, Connection] = {}
         self.peer_of_qp: dict[int, str] = {}

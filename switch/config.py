@@ -12,6 +12,8 @@ import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from contracts.defaults import TRIM_BYTES, TRIMMING
+from contracts.dscp import CONTROL_DSCP, TRIMMABLE_DSCP, TRIMMED_DSCP
 from topologies import Fabric
 
 
@@ -40,11 +42,11 @@ class SwitchConfig:
     seed: int
     ports: list[PortConfig] = field(default_factory=list)
     fib: list[FibConfig] = field(default_factory=list)
-    trim_bytes: int = 128
-    trimming: bool = True
-    trimmable_dscp: int = 10
-    trimmed_dscp: int = 11
-    control_dscp: int = 46
+    trim_bytes: int = TRIM_BYTES
+    trimming: bool = TRIMMING
+    trimmable_dscp: int = TRIMMABLE_DSCP
+    trimmed_dscp: int = TRIMMED_DSCP
+    control_dscp: int = CONTROL_DSCP
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)

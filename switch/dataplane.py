@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from zlib import crc32
 
+from contracts.defaults import prio_limit_bytes
 from switch import fastpath, frames
 from switch.config import SwitchConfig
 from switch.fib import BUCKET_MASK, Fib
@@ -46,7 +47,7 @@ class Switch:
             self.io.append(io)
             queue = TrimmingQueue(
                 data_limit_bytes=int(pc.queue_kb * 1000),
-                prio_limit_bytes=int(max(pc.queue_kb * 1000, 64 * config.trim_bytes)),
+                prio_limit_bytes=prio_limit_bytes(pc.queue_kb * 1000, config.trim_bytes),
                 ecn_threshold_bytes=int(pc.ecn_kb * 1000),
                 trim_bytes=config.trim_bytes,
                 trimming=config.trimming,

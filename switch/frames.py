@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import struct
 
+from contracts.dscp import ECN_CE, ECN_MASK
+
 ETH_LEN = 14
 IP_OFF = 14
 ETHERTYPE_IPV4 = 0x0800
@@ -34,9 +36,6 @@ OFF_SRC = IP_OFF + 12
 OFF_DST = IP_OFF + 16
 OFF_UDP_LEN = L4_OFF + 4
 OFF_UDP_CSUM = L4_OFF + 6
-
-ECN_MASK = 0x03
-ECN_CE = 0x03
 
 _H = struct.Struct("!H")
 _HEADER_WORDS = struct.Struct("!10H")

@@ -20,11 +20,13 @@ decision function (``decide=``, e.g. a student's in Lab 2, loaded from the file 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections import deque
 from collections.abc import Callable
 
+from contracts.defaults import TRIM_BYTES, TRIMMING
+from contracts.dscp import CONTROL_DSCP, TRIMMABLE_DSCP, TRIMMED_DSCP
+from contracts.plugins import load_plugin
 from switch import frames
 
 ENQUEUED = "enqueued"
@@ -65,11 +67,7 @@ def decide(
 
 def load_decision(path: str) -> Callable[..., str]:
     """The ``decide`` function of the Python file at `path` (same signature as `decide`)."""
-    spec = importlib.util.spec_from_file_location("trim_decision_plugin", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"{TRIM_DECISION_ENV}={path}: not a Python file")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_plugin(path, "trim_decision_plugin", source=f"{TRIM_DECISION_ENV}={path}")
     fn = getattr(module, "decide", None)
     if not callable(fn):
         raise ImportError(f"{TRIM_DECISION_ENV}={path}: defines no function decide()")
@@ -88,11 +86,11 @@ class TrimmingQueue:
         data_limit_bytes: int,
         prio_limit_bytes: int,
         ecn_threshold_bytes: int,
-        trim_bytes: int = 128,
-        trimming: bool = True,
-        trimmable_dscp: int = 10,
-        trimmed_dscp: int = 11,
-        control_dscp: int = 46,
+        trim_bytes: int = TRIM_BYTES,
+        trimming: bool = TRIMMING,
+        trimmable_dscp: int = TRIMMABLE_DSCP,
+        trimmed_dscp: int = TRIMMED_DSCP,
+        control_dscp: int = CONTROL_DSCP,
         decide: Callable[..., str] | None = None,
     ) -> None:
         self.data: deque[bytearray] = deque()

@@ -292,3 +292,33 @@ def test_incast_without_trimming_misreads_congestion_and_needs_rtos(incast):
     # reported above, not asserted. The flow-completion tails differ by less than the
     # emulator's run-to-run noise (docs/transport.md); the retirements above are the signal.
     assert n["counters"]["rto_fired"] >= t["counters"]["rto_fired"]
+
+
+def test_non_default_dscps_reach_the_endpoints_from_the_fabric_parameters():
+    """Switches and endpoints both take their DSCPs from the fabric's parameters: with other
+    values the switches still trim the endpoints' data (so it is marked with the configured
+    trimmable DSCP) and the receivers still NACK the trimmed headers (so they know the
+    configured trimmed DSCP). Marked with the defaults, nothing would be trimmed here."""
+    from testbed.fabric.session import Fabric
+    from topologies import TopologyParams
+
+    params = TopologyParams(
+        spines=1, leaves=2, hosts_per_leaf=2, link_mbps=INCAST_MBPS, queue_kb=16,
+        trimmable_dscp=20, trimmed_dscp=21, control_dscp=40,
+    )  # fmt: skip
+    with Fabric(params, name=unique_name("ed")) as fab:
+        eps = FabricEndpoints(fab.name, fab.description, pace_mbps=INCAST_MBPS)
+        try:
+            trims0 = fabric_trims(fab.name)
+            job = next(JOBS)
+            req = {"workload": {"kind": "incast", "dst": "h4", "srcs": "all", "bytes": 150_000}}
+            res = run_job(eps, job, req)
+            assert res["status"]["h4"]["received_bytes"] == 3 * 150_000
+            m = transfer_metrics(eps, job, res["t0"])
+            trims = fabric_trims(fab.name) - trims0
+            report("non-default-dscps", switch_trims=trims, counters=m["counters"])
+            assert trims > 0, "the switches trim what the endpoints mark trimmable"
+            assert m["counters"].get("trimmed_rx", 0) > 0, "the receivers see the trimmed DSCP"
+        finally:
+            eps.stop()
+            eps.cleanup()

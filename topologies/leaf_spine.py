@@ -13,6 +13,9 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import asdict, dataclass, field
 
+from contracts import defaults
+from contracts.dscp import CONTROL_DSCP, TRIMMABLE_DSCP, TRIMMED_DSCP, check_dscps
+
 MAX_IFNAME = 15  # IFNAMSIZ - 1: the kernel refuses longer interface names
 MAX_PLANES = 16
 MAX_LEAVES = 253  # leaf index is one octet of 10.{plane}.{leaf}.{host}
@@ -32,19 +35,20 @@ class TopologyParams:
     leaves: int = 2
     hosts_per_leaf: int = 2
     planes: int = 1
-    link_mbps: float = 100.0  # 0 means "no shaping": the switch forwards as fast as it can
-    delay_us: float = 20.0  # one-way propagation delay per link
-    queue_kb: float = 64.0  # data queue per egress port, in kB (1000 B)
-    trim_bytes: int = 128  # frame length after trimming
-    trimming: bool = True
+    link_mbps: float = defaults.LINK_MBPS  # 0: "no shaping", the switch forwards at its speed
+    delay_us: float = defaults.DELAY_US  # one-way propagation delay per link
+    queue_kb: float = defaults.QUEUE_KB  # data queue per egress port, in kB (1000 B)
+    trim_bytes: int = defaults.TRIM_BYTES  # frame length after trimming
+    trimming: bool = defaults.TRIMMING
     ecn_kb: float | None = None  # CE-mark above this backlog; None = half the queue
     # Host-facing / uplink capacity per leaf. None: every link runs at link_mbps (the default,
     # so a single flow can reach the link rate); a number X sets the uplink rate to
     # link_mbps * hosts_per_leaf / (spines * X), so 1.0 is exactly non-blocking.
     oversubscription: float | None = None
-    trimmable_dscp: int = 10
-    trimmed_dscp: int = 11
-    control_dscp: int = 46
+    # The switches and the endpoints both take these from here (contracts.dscp).
+    trimmable_dscp: int = TRIMMABLE_DSCP
+    trimmed_dscp: int = TRIMMED_DSCP
+    control_dscp: int = CONTROL_DSCP
 
     def validate(self) -> None:
         """Raise TopologyError naming the first bad parameter."""
@@ -85,10 +89,9 @@ class TopologyParams:
             )
         if not isinstance(self.trimming, bool):
             raise TopologyError(f"trimming: must be true or false, got {self.trimming!r}")
-        if self.trimmable_dscp == self.trimmed_dscp:
-            raise TopologyError("trimmed_dscp: must differ from trimmable_dscp")
-        if self.control_dscp in (self.trimmable_dscp, self.trimmed_dscp):
-            raise TopologyError("control_dscp: must differ from trimmable_dscp and trimmed_dscp")
+        problem = check_dscps(self.trimmable_dscp, self.trimmed_dscp, self.control_dscp)
+        if problem:
+            raise TopologyError(problem)
         P = self.planes
         widest = (
             f"{leaf_name(self.leaves, P, P)}-eth{self.hosts_per_leaf + self.spines - 1}",
@@ -111,7 +114,7 @@ class TopologyParams:
 
     @property
     def ecn_threshold_kb(self) -> float:
-        return self.queue_kb / 2 if self.ecn_kb is None else self.ecn_kb
+        return defaults.ecn_threshold_kb(self.queue_kb, self.ecn_kb)
 
 
 @dataclass(frozen=True)

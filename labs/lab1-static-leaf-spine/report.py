@@ -13,7 +13,6 @@ endpoint sprays over -- by your flow_hash + pick and by the switches' own FIBs a
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import re
 import sys
 from pathlib import Path
@@ -21,6 +20,8 @@ from pathlib import Path
 LAB = Path(__file__).resolve().parent
 sys.path.insert(0, str(LAB.parent.parent))
 
+from contracts.plugins import load_plugin  # noqa: E402
+from contracts.ports import ROCEV2_UDP_PORT  # noqa: E402
 from switch.config import switch_config  # noqa: E402
 from testbed.fabric.paths import predict_path  # noqa: E402
 from topologies import leaf_spine  # noqa: E402
@@ -28,7 +29,7 @@ from topologies import leaf_spine  # noqa: E402
 FAB = leaf_spine(spines=3, leaves=3, hosts_per_leaf=2)  # the README's fabric
 SEED = switch_config(FAB, "leaf1", seed=1).seed  # what `testbed fib leaf1` prints
 GROUP = ["spine1", "spine2", "spine3"]
-SRC, DST, DPORT = "10.1.1.1", "10.1.3.2", 4791
+SRC, DST, DPORT = "10.1.1.1", "10.1.3.2", ROCEV2_UDP_PORT
 PORT_SETS = {
     "source ports 50000-50063": range(50000, 50064),
     "EVs 49152-49215": range(49152, 49216),
@@ -37,10 +38,7 @@ SPINE_OF_IP = {f"10.1.0.{i}": f"spine{i}" for i in range(1, 4)}  # the spines' r
 
 
 def load_ecmp(code: Path):
-    spec = importlib.util.spec_from_file_location("lab1_ecmp", code / "ecmp.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_plugin(code / "ecmp.py", "lab1_ecmp")
 
 
 def traced(path: Path) -> dict[int, str]:

@@ -32,6 +32,8 @@ LAB = Path(__file__).resolve().parent
 REPO = LAB.parent.parent
 sys.path.insert(0, str(REPO))
 
+from contracts.dscp import TRIMMED_DSCP  # noqa: E402 - a switch cut the packet to its headers
+from contracts.ports import ROCEV2_UDP_PORT  # noqa: E402
 from testbed.fabric.session import Fabric  # noqa: E402
 from testbed.harness.endpoint_driver import endpoint_workload  # noqa: E402
 from testbed.harness.endpoints import FabricEndpoints  # noqa: E402
@@ -40,14 +42,13 @@ from testbed.scenario import flows, load_scenario, quick  # noqa: E402
 FABRIC = "lab3cap"
 JOB = 1
 DATA_OPCODE = "0x0a"  # RC RDMA WRITE ONLY: every MRC data packet (docs/wire-format.md)
-TRIMMED_DSCP = 11  # a switch cut the packet to its headers (docs/fabric.md)
 PSN_MOD = 1 << 24
 
 
 def start_capture(node_pid: int, intf: str, src_ip: str, pcap: Path) -> subprocess.Popen:
     cap = subprocess.Popen(
         ["mnexec", "-a", str(node_pid), "tshark", "-q", "-i", intf,
-         "-f", f"udp dst port 4791 and src host {src_ip}", "-w", str(pcap)],
+         "-f", f"udp dst port {ROCEV2_UDP_PORT} and src host {src_ip}", "-w", str(pcap)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     deadline = time.monotonic() + 20
@@ -64,7 +65,7 @@ def arrivals(pcap: Path) -> list[list]:
     """(time_s, src, ev, psn, seq, trimmed) of every captured data packet, in arrival order;
     seq counts from the connection's first PSN (PSNs are 24-bit and start at random)."""
     out = subprocess.run(
-        ["tshark", "-r", str(pcap), "-d", "udp.port==4791,infiniband", "-T", "fields",
+        ["tshark", "-r", str(pcap), "-d", f"udp.port=={ROCEV2_UDP_PORT},infiniband", "-T", "fields",
          "-E", "separator=,", "-e", "frame.time_relative", "-e", "ip.src", "-e", "udp.srcport",
          "-e", "infiniband.bth.psn", "-e", "infiniband.bth.opcode", "-e", "ip.dsfield.dscp"],
         capture_output=True, text=True, check=True, timeout=120,

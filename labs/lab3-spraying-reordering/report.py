@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import importlib.util
 import json
 import os
 import sys
@@ -23,15 +22,14 @@ from pathlib import Path
 LAB = Path(__file__).resolve().parent
 sys.path.insert(0, str(LAB.parent.parent))
 
+from contracts.plugins import load_plugin  # noqa: E402
+from contracts.ports import ROCEV2_UDP_PORT  # noqa: E402
 from testbed.fabric.paths import predict_path  # noqa: E402
 from testbed.scenario import load_scenario  # noqa: E402
 
 
 def load_spray(code: Path):
-    spec = importlib.util.spec_from_file_location("lab3_spray", code / "spray.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_plugin(code / "spray.py", "lab3_spray")
 
 
 def ev_bytes(path: Path) -> dict[tuple[str, str, int], int]:
@@ -58,7 +56,7 @@ def analyse(spray, fab, seed: int, evs: int, results: Path) -> dict:
 
     def path_of(src: str, dst: str, ev: int) -> list[str]:
         if (src, dst, ev) not in cache:
-            cache[(src, dst, ev)] = predict_path(fab, src, dst, ev, 4791, seed=seed)
+            cache[(src, dst, ev)] = predict_path(fab, src, dst, ev, ROCEV2_UDP_PORT, seed=seed)
         return cache[(src, dst, ev)]
 
     loads = spray.link_loads(ev_bytes(results / f"evbytes-{evs}ev.json"), path_of)

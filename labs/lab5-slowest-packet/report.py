@@ -11,7 +11,6 @@ labs/solutions/lab5) instead of this folder.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import os
@@ -19,16 +18,17 @@ import sys
 from pathlib import Path
 
 LAB = Path(__file__).resolve().parent
-FAILURES = {"link-down", "blackhole", "loss", "degrade", "flap", "switch-down", "plane-down"}
-RECOVERIES = {"link-up", "heal", "switch-up", "plane-up"}
+sys.path.insert(0, str(LAB.parent.parent))
+
+from contracts.plugins import load_plugin  # noqa: E402
+from testbed.scenario import FAILURE_ACTIONS as FAILURES  # noqa: E402
+from testbed.scenario import RECOVERY_ACTIONS as RECOVERIES  # noqa: E402
+
 PAYLOAD = 1400  # bytes of data per full packet (docs/wire-format.md)
 
 
 def load_steps(code: Path):
-    spec = importlib.util.spec_from_file_location("lab5_steps", code / "steps.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_plugin(code / "steps.py", "lab5_steps")
 
 
 def failure_window(summary: dict) -> tuple[float, float] | None:

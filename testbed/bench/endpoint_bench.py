@@ -34,6 +34,8 @@ import sys
 import time
 from pathlib import Path
 
+from contracts.framing import DATA_OVERHEAD, FRAME_OVERHEAD
+from contracts.ports import ROCEV2_UDP_PORT
 from endpoint.metrics import placed_samples
 from testbed.analysis import metrics as tm
 from testbed.fabric import client
@@ -49,8 +51,6 @@ from topologies import TopologyParams
 
 REPO = Path(__file__).resolve().parents[2]
 PR_SET_PDEATHSIG = 1
-FRAME_OVERHEAD = 14 + 20 + 8
-DATA_OVERHEAD = 52  # BTH + MRC DATA extension, in each data packet's UDP payload
 MAX_PAYLOAD = 1400
 
 
@@ -183,7 +183,7 @@ def ctl(name: str, action: str, *args: str, direction: str | None = None) -> Non
 VETH_A, VETH_B = "eba", "ebb"
 ADDR_A, ADDR_B = "10.253.0.1", "10.253.0.2"
 OFFLOADS = ("tso", "gso", "gro", "tx", "rx", "sg")
-BASE_PORT = 4791
+BASE_PORT = ROCEV2_UDP_PORT  # the bench's UDP baselines use the ports from here on
 BLAST_PAYLOAD = MAX_PAYLOAD + DATA_OVERHEAD  # same datagram size as a full data packet
 
 

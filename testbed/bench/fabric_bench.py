@@ -31,10 +31,10 @@ import statistics
 import subprocess
 import time
 
+from contracts.framing import FRAME_OVERHEAD
 from testbed.bench.endpoint_bench import (
     BASE_PORT,
     BLAST_PAYLOAD,
-    FRAME_OVERHEAD,
     BenchError,
     _fabric_udp_baseline,
     _proc_cpu,

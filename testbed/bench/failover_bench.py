@@ -26,6 +26,7 @@ import os
 import statistics
 import time
 
+from contracts.ports import ROCEV2_UDP_PORT
 from testbed.analysis import metrics as tm
 from testbed.bench.endpoint_bench import (
     BenchError,
@@ -105,7 +106,10 @@ def one_run(name: str, fab, eps, job: int, mode: str, nbytes: int) -> dict:
         "mode": mode,
     }
     if mode == "single-path":  # its one EV must cross the dead link, else nothing is tested
-        req |= {"evs": 1, "ev_base": source_ports_via(fab, "h1", "h3", BLACKHOLE[0], 4791)[0]}
+        req |= {
+            "evs": 1,
+            "ev_base": source_ports_via(fab, "h1", "h3", BLACKHOLE[0], ROCEV2_UDP_PORT)[0],
+        }
     k0 = kernel_drops(name)
     res = run_job(
         eps,

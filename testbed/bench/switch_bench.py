@@ -46,6 +46,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from contracts import defaults, dscp
 from switch.config import FibConfig, PortConfig, SwitchConfig
 from switch.control import request
 
@@ -62,11 +63,11 @@ OFFLOADS = ("tso", "gso", "gro", "tx", "rx", "sg")
 DUTS = ("switch", "switch_unshaped", "repeater", "scapy_naive", "kernel_bridge")
 BASELINES = ("repeater", "scapy_naive", "kernel_bridge")
 FRAME_SIZES = (1400, 64)
-TOS_TRIMMABLE = (10 << 2) | 2  # DSCP 10 (trimmable), ECT(0): what MRC-style data carries
+TOS_TRIMMABLE = dscp.tos(dscp.TRIMMABLE_DSCP, dscp.ECN_ECT0)  # what MRC-style data carries
 TOS_BEST_EFFORT = 0  # not trimmable: what overflows the queue is tail-dropped
 FLOWS = 8  # UDP source ports 49152..49159 (the EV)
 LINE_RATE_MBPS = 100_000.0  # "shaped at a rate that never binds"
-QUEUE_KB = 64.0
+QUEUE_KB = defaults.QUEUE_KB  # the fabric's default data queue per port
 SHAPER_RATES = (10, 100, 200)
 QUEUE_DELAY_RATES = (10, 50)
 OVERLOAD = 1.5  # offered load / shaped rate in the shaper and queue-delay tests

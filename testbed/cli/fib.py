@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 
-from endpoint.wire import ROCE_UDP_PORT
+from contracts.ports import ROCEV2_UDP_PORT
 from testbed.fabric import client
 from testbed.fabric.fib_view import (
     PROTOCOLS,
@@ -64,7 +64,7 @@ def add_parsers(sub, named) -> None:
     pp.add_argument("dst", help="destination host or address, e.g. h6 or 10.1.3.2")
     pp.add_argument("--sport", type=int, default=49152, help="UDP/TCP source port (the EV)")
     pp.add_argument(
-        "--dport", type=int, default=ROCE_UDP_PORT, help="destination port (default RoCEv2)"
+        "--dport", type=int, default=ROCEV2_UDP_PORT, help="destination port (default RoCEv2)"
     )
     pp.add_argument("--proto", choices=sorted(PROTOCOLS), default="udp")
     pp.set_defaults(func=cmd_path)

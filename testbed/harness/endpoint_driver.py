@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from contracts.ports import ROCEV2_UDP_PORT
 from endpoint.metrics import placed_samples
-from endpoint.wire import ROCE_UDP_PORT
 from testbed.fabric.paths import predict_path
 from testbed.harness.endpoints import FabricEndpoints
 from testbed.harness.records import Message, TransportRun
@@ -151,7 +151,7 @@ def path_namer(sc: Scenario, seed: int) -> Callable[[str, str, int], str]:
             if dst is None:
                 cache[key] = addr
             else:
-                nodes = predict_path(fab, src, dst, ev, ROCE_UDP_PORT, plane=plane, seed=seed)
+                nodes = predict_path(fab, src, dst, ev, ROCEV2_UDP_PORT, plane=plane, seed=seed)
                 spines = [n for n in nodes if fab.nodes[n].kind == "spine"]
                 cache[key] = f"via {spines[0]}" if spines else f"via {nodes[1]}"
         return cache[key]

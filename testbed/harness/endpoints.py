@@ -130,10 +130,26 @@ class EndpointProcs:
 
 
 def fabric_endpoint_config(fab, hosts: list[str] | None = None, **extra) -> dict:
-    """The endpoint ``--config`` of a fabric description (``topologies.Fabric``)."""
+    """The endpoint ``--config`` of a fabric description (``topologies.Fabric``).
+
+    It carries the fabric's DSCPs into every job's transport (``extra["transport"]`` may add
+    other TransportConfig defaults): the switches trim and prioritise by the values in
+    ``fab.params``, so the endpoints must mark their packets with the same ones.
+    """
     planes = sorted({i.plane for i in fab.interfaces[fab.hosts()[0]]})
     hosts = hosts or fab.hosts()
-    return {"hosts": {h: [fab.host_ip(h, p) for p in planes] for h in hosts}, **extra}
+    params = fab.params
+    dscps = {
+        "trimmable_dscp": params.trimmable_dscp,
+        "trimmed_dscp": params.trimmed_dscp,
+        "control_dscp": params.control_dscp,
+    }
+    transport = {**dscps, **extra.pop("transport", {})}
+    return {
+        "hosts": {h: [fab.host_ip(h, p) for p in planes] for h in hosts},
+        **extra,
+        "transport": transport,
+    }
 
 
 class FabricEndpoints(EndpointProcs):

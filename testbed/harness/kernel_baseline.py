@@ -1,6 +1,6 @@
 """The kernel baselines of the scenario runner: Linux TCP and Linux MPTCP, driven by iperf3.
 
-`KernelBaseline` runs a scenario's traffic matrix (`testbed.scenario.model.flows`) in the host
+`KernelBaseline` runs a scenario's traffic matrix (`testbed.scenario.flows`) in the host
 namespaces of a running fabric with one iperf3 test per flow, each on a port of its own
 (``5201 + k``; an all-reduce hop alternates between ``5201 + 2k`` and ``5202 + 2k`` from step to
 step so that a step never meets the server of the previous step still tidying up), so ECMP

@@ -24,7 +24,6 @@ Every check is reported PASS/FAIL (or SKIP) with, for a failure, the lab's hint 
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import os
@@ -41,7 +40,10 @@ from types import ModuleType
 
 import yaml
 
+from contracts.plugins import load_plugin
 from contracts.project import checkout, shipped
+from testbed.scenario import TRANSPORTS, ScenarioError, load_scenario
+from testbed.scenario.catalog import SCENARIO_DIR
 
 # The folder holding the project's packages (the checkout, or site-packages when installed):
 # child processes get it on PYTHONPATH, and lab.yaml's "scenarios/..." paths are relative to it.
@@ -215,8 +217,6 @@ def load_lab(lab_dir: Path) -> Lab:
 
 
 def _lab_scenario(path: Path, key: str, lab_dir: Path, entry: object) -> LabScenario:
-    from testbed.scenario import TRANSPORTS, ScenarioError, load_scenario
-    from testbed.scenario.catalog import SCENARIO_DIR
 
     if not isinstance(entry, dict):
         raise _fail(path, key, "must be a mapping {file, transports, quick, require}")
@@ -303,16 +303,8 @@ def load_student(name: str) -> ModuleType:
     if not path.is_file():
         raise LabError(f"{LAB_CODE_ENV}={code}: no file {path.name}")
     mod_name = f"lab_student_{path.stem}_{next(_fresh)}"
-    spec = importlib.util.spec_from_file_location(mod_name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[mod_name] = module  # dataclasses and pickling look modules up by name
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[mod_name]
-        raise
-    return module
+    # registered: dataclasses and pickling look the module up by name
+    return load_plugin(path, mod_name, register=True)
 
 
 # ----- grading ---------------------------------------------------------------------------------
@@ -549,7 +541,6 @@ def run_scenarios(
     lab: Lab, code_dir: Path, results_dir: Path, out: Callable[[str], None] = print
 ) -> tuple[list[CheckResult], list[Path]]:
     """Each lab scenario, short, on its own fabric, with the student's files plugged in."""
-    from testbed.scenario import load_scenario
 
     results: list[CheckResult] = []
     folders: list[Path] = []

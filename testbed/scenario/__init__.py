@@ -1,44 +1,59 @@
 """Scenario files: what a run is asked to do, checked completely before anything is built.
 
 Importers use this package's names; which module inside defines each is the package's own
-business (docs/scenario-format.md documents the format).
+business (docs/scenario-format.md documents the format):
+
+- `schema`: the pydantic models of the file (workload kinds: `contracts.workloads`);
+- `validation`: the strict YAML loader, error messages with key paths, checks of meaning;
+- `traffic`: the flows a workload asks for, who takes part, how many bytes;
+- `capacity`: what the fabric could carry (`min_goodput_fraction`'s yardstick);
+- `linting`: warnings about scenarios that would not show what they claim;
+- `scaling`: the `--quick` form.
 """
 
-from testbed.scenario.model import (
-    EMULATION_BUDGET_MBPS,
+from testbed.scenario.capacity import capacity_mbps, ideal_completion_s
+from testbed.scenario.linting import EMULATION_BUDGET_MBPS, lint
+from testbed.scenario.scaling import QUICK_FACTOR, quick
+from testbed.scenario.schema import (
+    ACTIONS,
     FAILURE_ACTIONS,
-    QUICK_FACTOR,
     RECOVERY_ACTIONS,
     TRANSPORTS,
+    WORKLOAD_KINDS,
     AllreduceWorkload,
+    AlltoallWorkload,
+    BulkWorkload,
     Event,
     Expect,
-    Flow,
+    IncastWorkload,
+    PermutationWorkload,
     Scenario,
-    ScenarioError,
-    capacity_mbps,
-    flows,
-    ideal_completion_s,
-    lint,
-    load_scenario,
-    quick,
-    total_bytes,
-    validate,
-    workload_hosts,
+    TopologySpec,
+    Workload,
 )
+from testbed.scenario.traffic import Flow, flows, total_bytes, workload_hosts
+from testbed.scenario.validation import ScenarioError, load_scenario, validate
 
 __all__ = [
+    "ACTIONS",
     "EMULATION_BUDGET_MBPS",
     "FAILURE_ACTIONS",
     "QUICK_FACTOR",
     "RECOVERY_ACTIONS",
     "TRANSPORTS",
+    "WORKLOAD_KINDS",
     "AllreduceWorkload",
+    "AlltoallWorkload",
+    "BulkWorkload",
     "Event",
     "Expect",
     "Flow",
+    "IncastWorkload",
+    "PermutationWorkload",
     "Scenario",
     "ScenarioError",
+    "TopologySpec",
+    "Workload",
     "capacity_mbps",
     "flows",
     "ideal_completion_s",

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contracts.project import shipped
-from testbed.scenario.model import ScenarioError, load_scenario
+from testbed.scenario.validation import ScenarioError, load_scenario
 
 SCENARIO_DIR = shipped("scenarios")  # the checkout's scenarios/, or the installed package's
 

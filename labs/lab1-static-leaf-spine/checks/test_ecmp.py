@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from contracts.ports import ROCEV2_UDP_PORT
 from switch.config import switch_config
 from switch.fib import Fib, Route, select_next_hop
 from testbed.fabric.paths import predict_path
@@ -81,25 +82,29 @@ def test_pick_matches_the_resilient_hash_table(ecmp, members: int) -> None:
 
 def test_prediction_matches_the_path_through_the_fabric(ecmp) -> None:
     for sport in range(50000, 50064):
-        spine = predict_path(FAB, "h1", "h6", sport, 4791, seed=1)[2]
-        got = ecmp.pick(GROUP, ecmp.flow_hash("10.1.1.1", "10.1.3.2", sport, 4791, 17, SEED))
+        spine = predict_path(FAB, "h1", "h6", sport, ROCEV2_UDP_PORT, seed=1)[2]
+        got = ecmp.pick(
+            GROUP, ecmp.flow_hash("10.1.1.1", "10.1.3.2", sport, ROCEV2_UDP_PORT, 17, SEED)
+        )
         assert got == spine, f"source port {sport}: the fabric sends it via {spine}"
 
 
 @pytest.mark.parametrize("spine", GROUP)
 def test_source_port_via_returns_the_first_port_onto_that_spine(ecmp, spine: str) -> None:
-    port = ecmp.source_port_via(spine, GROUP, "10.1.1.1", "10.1.3.2", 4791, SEED)
-    assert predict_path(FAB, "h1", "h6", port, 4791, seed=1)[2] == spine
+    port = ecmp.source_port_via(spine, GROUP, "10.1.1.1", "10.1.3.2", ROCEV2_UDP_PORT, SEED)
+    assert predict_path(FAB, "h1", "h6", port, ROCEV2_UDP_PORT, seed=1)[2] == spine
     for earlier in range(50000, port):
-        assert predict_path(FAB, "h1", "h6", earlier, 4791, seed=1)[2] != spine, (
+        assert predict_path(FAB, "h1", "h6", earlier, ROCEV2_UDP_PORT, seed=1)[2] != spine, (
             f"{earlier} already goes via {spine}: return the first port"
         )
 
 
 def test_source_port_via_honours_start(ecmp) -> None:
-    port = ecmp.source_port_via("spine2", GROUP, "10.1.1.1", "10.1.3.2", 4791, SEED, start=51000)
+    port = ecmp.source_port_via(
+        "spine2", GROUP, "10.1.1.1", "10.1.3.2", ROCEV2_UDP_PORT, SEED, start=51000
+    )
     assert port >= 51000
-    assert predict_path(FAB, "h1", "h6", port, 4791, seed=1)[2] == "spine2"
+    assert predict_path(FAB, "h1", "h6", port, ROCEV2_UDP_PORT, seed=1)[2] == "spine2"
 
 
 def test_prediction_matches_your_traceroutes(ecmp) -> None:
@@ -109,5 +114,7 @@ def test_prediction_matches_your_traceroutes(ecmp) -> None:
     seen = re.findall(r"^sport (\d+): 10\.1\.0\.(\d+)$", path.read_text(), re.M)
     assert seen, f"{path} has no lines like 'sport 50000: 10.1.0.1'"
     for sport, spine in seen:
-        got = ecmp.pick(GROUP, ecmp.flow_hash("10.1.1.1", "10.1.3.2", int(sport), 4791, 17, SEED))
+        got = ecmp.pick(
+            GROUP, ecmp.flow_hash("10.1.1.1", "10.1.3.2", int(sport), ROCEV2_UDP_PORT, 17, SEED)
+        )
         assert got == f"spine{spine}", f"traceroute with source port {sport} crossed spine{spine}"

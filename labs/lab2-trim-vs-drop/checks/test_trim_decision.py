@@ -12,6 +12,8 @@ import pytest
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Ether
 
+from contracts.dscp import CONTROL_DSCP, TRIMMABLE_DSCP, TRIMMED_DSCP
+from contracts.ports import ROCEV2_UDP_PORT
 from switch import frames
 from switch.queueing import (
     DROP,
@@ -28,7 +30,7 @@ from switch.queueing import (
 )
 from testbed.labs.grading import load_student
 
-TRIMMABLE, TRIMMED_DSCP, CONTROL = 10, 11, 46
+TRIMMABLE, CONTROL = TRIMMABLE_DSCP, CONTROL_DSCP  # the defaults a fabric's switches get
 LIMIT = 10_000
 
 
@@ -96,7 +98,7 @@ def test_matches_the_reference_everywhere(decide):
 
 
 def frame(size: int, dscp: int = TRIMMABLE, udp: bool = True) -> bytearray:
-    l4 = UDP(sport=49152, dport=4791) if udp else TCP(sport=49152, dport=80)
+    l4 = UDP(sport=49152, dport=ROCEV2_UDP_PORT) if udp else TCP(sport=49152, dport=80)
     hdr = Ether() / IP(src="10.1.1.1", dst="10.1.2.1", tos=dscp << 2) / l4
     return bytearray(bytes(hdr / (b"d" * (size - len(bytes(hdr))))))
 

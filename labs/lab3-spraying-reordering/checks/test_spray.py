@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from contracts.ports import ROCEV2_UDP_PORT
 from testbed.fabric.paths import predict_path
 from testbed.labs.grading import load_student
 from testbed.scenario import load_scenario
@@ -126,7 +127,7 @@ def test_your_loads_spread_like_the_switch_counters(spray) -> None:
         ev_bytes = {(k.split(",")[0], k.split(",")[1], int(k.split(",")[2])): v
                     for k, v in raw.items()}  # fmt: skip
         loads = spray.link_loads(
-            ev_bytes, lambda s, d, e: predict_path(fab, s, d, e, 4791, seed=sc.seed)
+            ev_bytes, lambda s, d, e: predict_path(fab, s, d, e, ROCEV2_UDP_PORT, seed=sc.seed)
         )
         counters = json.loads((RESULTS / f"counters-{evs}ev.json").read_text())
         for leaf in ("leaf1", "leaf2"):

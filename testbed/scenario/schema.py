@@ -1,0 +1,285 @@
+"""The scenario file's shape: pydantic models of every key, with the defaults a file may omit.
+
+A scenario (DESIGN.md, "Scenario file (YAML)") names a topology, the transports to compare, one
+workload (whose kinds are `contracts.workloads`, shared with the endpoints' job requests), a
+timeline of failure events and what the run must show. These models check types and ranges
+only; what the values mean against the fabric is `testbed.scenario.validation`'s job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import BaseModel, Field, PrivateAttr, field_validator
+
+from contracts.schema import StrictModel
+from contracts.workloads import (
+    WORKLOAD_MODELS,
+    AllreduceWorkload,
+    AlltoallWorkload,
+    BulkWorkload,
+    IncastWorkload,
+    PermutationWorkload,
+    Workload,
+)
+from topologies import Fabric, TopologyParams, leaf_spine
+
+__all__ = [
+    "ACTIONS",
+    "EVENT_MODELS",
+    "FAILURE_ACTIONS",
+    "LINK_EVENTS",
+    "RECOVERY_ACTIONS",
+    "TRANSPORTS",
+    "WORKLOAD_KINDS",
+    "WORKLOAD_MODELS_BY_KIND",
+    "AllreduceWorkload",
+    "AlltoallWorkload",
+    "Blackhole",
+    "BulkWorkload",
+    "Degrade",
+    "Event",
+    "Expect",
+    "Flap",
+    "Heal",
+    "IncastWorkload",
+    "LinkDown",
+    "LinkEvent",
+    "LinkUp",
+    "Loss",
+    "PermutationWorkload",
+    "PlaneDown",
+    "PlaneEvent",
+    "PlaneUp",
+    "Scenario",
+    "SwitchDown",
+    "SwitchEvent",
+    "SwitchUp",
+    "TopologySpec",
+    "Workload",
+]
+
+TRANSPORTS: tuple[str, ...] = ("mrc", "single-path", "spray-no-failover", "tcp", "mptcp")
+FAILURE_ACTIONS = frozenset(
+    {"link-down", "blackhole", "loss", "degrade", "flap", "switch-down", "plane-down"}
+)
+RECOVERY_ACTIONS = frozenset({"link-up", "heal", "switch-up", "plane-up"})
+
+NodeName = Annotated[str, Field(min_length=1)]
+Pair = Annotated[list[NodeName], Field(min_length=2, max_length=2)]
+
+
+class TopologySpec(StrictModel):
+    """`topology:`; defaults are those of `topologies.TopologyParams`."""
+
+    spines: int
+    leaves: int
+    hosts_per_leaf: int
+    planes: int = 1
+    link_mbps: float = TopologyParams.link_mbps
+    delay_us: float = TopologyParams.delay_us
+    queue_kb: float = TopologyParams.queue_kb
+    trim_bytes: int = TopologyParams.trim_bytes
+    trimming: bool = TopologyParams.trimming
+    ecn_kb: float | None = None
+    oversubscription: float | None = None
+
+    def params(self) -> TopologyParams:
+        return TopologyParams(**self.model_dump())
+
+
+class _EventBase(StrictModel):
+    at: float = Field(ge=0, allow_inf_nan=False)
+
+    @property
+    def is_failure(self) -> bool:
+        return self.action in FAILURE_ACTIONS  # type: ignore[attr-defined]
+
+    def describe(self) -> str:
+        """One line for timelines and plot labels, e.g. ``loss 1.5% leaf1->spine1``."""
+        return self.action  # type: ignore[attr-defined]
+
+    def plan_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of `testbed.fabric.failures.plan(fabric, **kwargs)` for this event."""
+        kwargs = self.model_dump(exclude={"at"}, exclude_none=True)
+        for key in ("link", "direction"):
+            if key in kwargs:
+                kwargs[key] = tuple(kwargs[key])
+        return kwargs
+
+
+class LinkEvent(_EventBase):
+    link: Pair
+    direction: Pair | None = None
+
+    def _where(self) -> str:
+        if self.direction is not None:
+            return f"{self.direction[0]}->{self.direction[1]}"
+        return f"{self.link[0]}-{self.link[1]}"
+
+    def describe(self) -> str:
+        return f"{self.action} {self._where()}"  # type: ignore[attr-defined]
+
+
+class LinkDown(LinkEvent):
+    """Carrier loss: both ends see it, adjacent switches prune the port from ECMP at once."""
+
+    action: Literal["link-down"]
+
+
+class LinkUp(LinkEvent):
+    action: Literal["link-up"]
+
+
+class Blackhole(LinkEvent):
+    """The link stays up (nobody is told) and drops everything: a silent failure."""
+
+    action: Literal["blackhole"]
+
+
+class Loss(LinkEvent):
+    """Gray failure: each packet is dropped with probability `percent` / 100."""
+
+    action: Literal["loss"]
+    percent: float = Field(gt=0, le=100, allow_inf_nan=False)
+
+    def describe(self) -> str:
+        return f"loss {self.percent:g}% {self._where()}"
+
+
+class Degrade(LinkEvent):
+    """The link keeps working at `mbps` instead of its nominal rate."""
+
+    action: Literal["degrade"]
+    mbps: float = Field(gt=0, allow_inf_nan=False)
+
+    def describe(self) -> str:
+        return f"degrade {self.mbps:g} Mbps {self._where()}"
+
+
+class Flap(LinkEvent):
+    """`count` cycles of `period_ms`: down for the first half of each cycle, up for the second."""
+
+    action: Literal["flap"]
+    period_ms: float = Field(ge=2, allow_inf_nan=False)  # the switches' timers resolve ~1 ms
+    count: int = Field(ge=1)
+
+    @property
+    def end_s(self) -> float:
+        return self.at + self.period_ms * self.count / 1000.0
+
+    def describe(self) -> str:
+        return f"flap {self.count}x{self.period_ms:g}ms {self._where()}"
+
+
+class Heal(LinkEvent):
+    """Back to nominal from any impairment (down, blackhole, loss, degrade, flap)."""
+
+    action: Literal["heal"]
+
+
+class SwitchEvent(_EventBase):
+    node: NodeName
+
+    def describe(self) -> str:
+        return f"{self.action} {self.node}"  # type: ignore[attr-defined]
+
+
+class SwitchDown(SwitchEvent):
+    action: Literal["switch-down"]
+
+
+class SwitchUp(SwitchEvent):
+    action: Literal["switch-up"]
+
+
+class PlaneEvent(_EventBase):
+    plane: int = Field(ge=1)
+
+    def describe(self) -> str:
+        return f"{self.action} {self.plane}"  # type: ignore[attr-defined]
+
+
+class PlaneDown(PlaneEvent):
+    """Every switch of one plane goes down: hosts keep their NICs on the other planes."""
+
+    action: Literal["plane-down"]
+
+
+class PlaneUp(PlaneEvent):
+    action: Literal["plane-up"]
+
+
+Event = Annotated[
+    LinkDown
+    | LinkUp
+    | Blackhole
+    | Loss
+    | Degrade
+    | Flap
+    | Heal
+    | SwitchDown
+    | SwitchUp
+    | PlaneDown
+    | PlaneUp,
+    Field(discriminator="action"),
+]
+LINK_EVENTS = (LinkDown, LinkUp, Blackhole, Loss, Degrade, Flap, Heal)
+
+
+def _by_tag(models: Iterable[type[BaseModel]], tag: str) -> dict[str, type[BaseModel]]:
+    return {get_args(m.model_fields[tag].annotation)[0]: m for m in models}
+
+
+EVENT_MODELS = _by_tag((*LINK_EVENTS, SwitchDown, SwitchUp, PlaneDown, PlaneUp), "action")
+WORKLOAD_MODELS_BY_KIND = _by_tag(WORKLOAD_MODELS, "kind")
+ACTIONS: tuple[str, ...] = tuple(EVENT_MODELS)
+WORKLOAD_KINDS: tuple[str, ...] = tuple(WORKLOAD_MODELS_BY_KIND)
+
+
+class Expect(StrictModel):
+    """What the run must show; an absent key is not checked."""
+
+    delivered_all: bool | None = None
+    max_stall_ms: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    min_goodput_fraction: float | None = Field(default=None, gt=0, le=1)
+    max_failover_ms: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    max_p100_over_p50: float | None = Field(default=None, ge=1, allow_inf_nan=False)
+
+
+class Scenario(StrictModel):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=64)
+    description: str = Field(min_length=1)
+    topology: TopologySpec
+    transport: list[Literal[TRANSPORTS]] = Field(default=["mrc"], min_length=1)  # type: ignore[valid-type]
+    workload: Workload
+    duration_s: float = Field(gt=0, le=3600, allow_inf_nan=False)
+    seed: int = 1
+    events: list[Event] = []
+    expect: Expect = Expect()
+
+    _fabric: Fabric | None = PrivateAttr(default=None)
+
+    @field_validator("transport", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        # `transport: mrc` and `transport: [mrc, tcp]` both mean a list of transports to run.
+        return [value] if isinstance(value, str) else value
+
+    @property
+    def transports(self) -> list[str]:
+        return list(self.transport)
+
+    def fabric(self) -> Fabric:
+        """The pure fabric description (computed once)."""
+        if self._fabric is None:
+            self._fabric = leaf_spine(self.topology.params())
+        return self._fabric
+
+    def timeline(self) -> list[Event]:
+        """Events in the order they are applied (stable for equal times, as written)."""
+        return sorted(self.events, key=lambda e: e.at)
+
+    def hosts(self) -> list[str]:
+        return self.fabric().hosts()
