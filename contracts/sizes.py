@@ -1,8 +1,8 @@
 """Byte sizes as people write them in scenario files: ``20MB``, ``1.5KB``, ``64KiB``, ``4096``.
 
 Decimal units (B, KB, MB, GB) are powers of 1000 and binary units (KiB, MiB, GiB) powers of
-1024, as in DESIGN.md, because link rates are decimal (Mbps) and buffer sizes are often binary;
-a scenario author must be able to say exactly which one they mean. Anything ambiguous -- a unit
+1024, as docs/design.md's scenario format fixes them, because link rates are decimal (Mbps) and
+buffer sizes are often binary; a scenario author must be able to say exactly which one they mean. Anything ambiguous -- a unit
 we do not know, a fraction of a byte, a negative size -- is an error, never a guess.
 """
 

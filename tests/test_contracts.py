@@ -8,12 +8,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from endpoint.process_config import ConfigError, EndpointConfig, job_transport_config
 
 from contracts import dscp, framing
 from contracts.plugins import PluginError, load_plugin
 from endpoint import codec
 from endpoint.config import TransportConfig
+from endpoint.process_config import ConfigError, EndpointConfig, job_transport_config
 from endpoint.simnet import Bottleneck, SimNet
 from endpoint.transport import Endpoint
 from endpoint.wire import BTH, MRCData

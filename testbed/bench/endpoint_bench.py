@@ -32,10 +32,10 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from contracts.framing import DATA_OVERHEAD, FRAME_OVERHEAD
 from contracts.ports import ROCEV2_UDP_PORT
+from contracts.runtime import PACKAGE_ROOT, child_env
 from endpoint.metrics import placed_samples
 from testbed.analysis import metrics as tm
 from testbed.fabric import client
@@ -49,7 +49,6 @@ from testbed.harness.endpoints import (
 )
 from topologies import TopologyParams
 
-REPO = Path(__file__).resolve().parents[2]
 PR_SET_PDEATHSIG = 1
 MAX_PAYLOAD = 1400
 
@@ -61,14 +60,6 @@ class BenchError(RuntimeError):
 def _die_with_parent() -> None:
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def _env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + (
-        os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
-    )
-    return env
 
 
 def _run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -240,14 +231,14 @@ def _baseline_udp(pair: NetnsPair, seconds: float) -> dict:
     me = [sys.executable, "-m", "testbed.bench.endpoint_bench"]
     sink = subprocess.Popen(
         [*pair.prefix_cmd("b"), *me, "sink", ADDR_B, str(port), str(seconds + 2.0)],
-        stdout=subprocess.PIPE, env=_env(), cwd=REPO, preexec_fn=_die_with_parent,
+        stdout=subprocess.PIPE, env=child_env(), cwd=PACKAGE_ROOT, preexec_fn=_die_with_parent,
     )  # fmt: skip
     try:
         if not sink.stdout.readline().startswith(b"ready"):
             raise BenchError("bench: the UDP sink did not start")
         blast = subprocess.run(
             [*pair.prefix_cmd("a"), *me, "blast", ADDR_B, str(port), str(seconds)],
-            capture_output=True, env=_env(), cwd=REPO, timeout=seconds + 30, check=True,
+            capture_output=True, env=child_env(), cwd=PACKAGE_ROOT, timeout=seconds + 30, check=True,
         )  # fmt: skip
         tx = json.loads(blast.stdout)
         out, _ = sink.communicate(timeout=seconds + 30)
@@ -358,14 +349,14 @@ def _fabric_udp_baseline(
     dst_ip = fab.host_ip(dst)
     sink = subprocess.Popen(
         ["mnexec", "-a", str(st.nodes[dst]["pid"]), *me, "sink", dst_ip, str(port), str(seconds + 2)],
-        stdout=subprocess.PIPE, env=_env(), cwd=REPO, preexec_fn=_die_with_parent,
+        stdout=subprocess.PIPE, env=child_env(), cwd=PACKAGE_ROOT, preexec_fn=_die_with_parent,
     )  # fmt: skip
     try:
         if not sink.stdout.readline().startswith(b"ready"):
             raise BenchError(f"bench: the UDP sink did not start in {dst}")
         subprocess.run(
             ["mnexec", "-a", str(st.nodes[src]["pid"]), *me, "blast", dst_ip, str(port), str(seconds)],
-            capture_output=True, env=_env(), cwd=REPO, timeout=seconds + 30, check=True,
+            capture_output=True, env=child_env(), cwd=PACKAGE_ROOT, timeout=seconds + 30, check=True,
         )  # fmt: skip
         rx = json.loads(sink.communicate(timeout=seconds + 30)[0])
     finally:

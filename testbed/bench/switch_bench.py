@@ -47,10 +47,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contracts import defaults, dscp
+from contracts.runtime import child_env
 from switch.config import FibConfig, PortConfig, SwitchConfig
 from switch.control import request
 
-REPO = Path(__file__).resolve().parents[2]
 LOADGEN_SRC = Path(__file__).with_name("loadgen.c")
 
 GEN_MAC = "02:7b:00:00:00:01"
@@ -311,10 +311,7 @@ class Bed:
         """Start `argv` in a namespace, pinned to `cpu`; `realtime` for measuring instruments
         that sleep most of the time (paced generator, probe receiver), so a busy neighbour on
         the machine does not turn their pacing or timestamps into noise."""
-        env = dict(os.environ)
-        env["PYTHONPATH"] = str(REPO) + (
-            os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
-        )
+        env = child_env()
         rt = ["chrt", "-f", "10"] if realtime and shutil.which("chrt") else []
         err = open(self.dir / f"{log}.log", "ab")  # noqa: SIM115 - closed in destroy()
         self.logs.append(err)
