@@ -1,6 +1,6 @@
 """The scenario file's shape: pydantic models of every key, with the defaults a file may omit.
 
-A scenario (DESIGN.md, "Scenario file (YAML)") names a topology, the transports to compare, one
+A scenario (docs/design.md, "Scenario file (YAML)") names a topology, the transports to compare, one
 workload (whose kinds are `contracts.workloads`, shared with the endpoints' job requests), a
 timeline of failure events and what the run must show. These models check types and ranges
 only; what the values mean against the fabric is `testbed.scenario.validation`'s job.
