@@ -73,7 +73,7 @@ def test_plain_mininet_pingall_through_linux_routers():
     from mininet.net import Mininet
     from mininet.util import buildTopo
 
-    from testbed.fabric.cleanup import _exists
+    from testbed.fabric.cleanup import pid_exists
 
     setLogLevel("error")
     customs: dict = {}
@@ -89,9 +89,9 @@ def test_plain_mininet_pingall_through_linux_routers():
     finally:
         net.stop()
     deadline = time.monotonic() + 5
-    while any(_exists(p) for p in pids) and time.monotonic() < deadline:
+    while any(pid_exists(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert [p for p in pids if _exists(p)] == [], "node shells left behind"
+    assert [p for p in pids if pid_exists(p)] == [], "node shells left behind"
     # Every interface lived in a node namespace; none was ever in ours.
     assert not any(n.startswith(("h1-", "leaf1-", "spine1-")) for n in os.listdir("/sys/class/net"))
 
