@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-import struct
 from dataclasses import dataclass
 
 from switch.config import SwitchConfig
 from switch.fib import BUCKET_MASK, Fib, select_next_hop
 from testbed.fabric import client
+from testbed.fabric.paths import hash_frame
 from testbed.fabric.state import run_dir
 
 PROTOCOLS = {"udp": 17, "tcp": 6, "icmp": 1}
@@ -86,24 +86,6 @@ def format_fib(cfg: SwitchConfig, rows: list[FibRow], live_known: bool = True) -
     return "\n".join(lines)
 
 
-def _probe_frame(src: str, dst: str, sport: int, dport: int, proto: int) -> bytes:
-    """Just enough of a frame for the switch's flow hash (it reads fixed offsets)."""
-    ipv4 = struct.pack(
-        "!BBHHHBBH4s4s",
-        0x45,
-        0,
-        28,
-        0,
-        0,
-        64,
-        proto,
-        0,
-        socket.inet_aton(src),
-        socket.inet_aton(dst),
-    )
-    return bytes(14) + ipv4 + struct.pack("!HHHH", sport, dport, 8, 0)
-
-
 def _fib_of(cfg: SwitchConfig, ports_up: dict[str, bool]) -> Fib:
     index = {p.name: i for i, p in enumerate(cfg.ports)}
     fib = Fib(
@@ -128,7 +110,7 @@ def walk(
 ) -> list[Hop]:
     """The switches a packet (src, dst, sport, dport, proto) crosses from `first_switch` on, as
     the running switches decide it: longest-prefix match, then the ECMP hash over live members."""
-    frame = _probe_frame(src, dst, sport, dport, proto)
+    frame = hash_frame(src, dst, sport, dport, proto)
     hops: list[Hop] = []
     node = first_switch
     for _ in range(16):

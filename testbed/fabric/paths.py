@@ -16,7 +16,8 @@ from switch.frames import mac_bytes
 from topologies import Fabric
 
 
-def _frame(src: str, dst: str, sport: int, dport: int, proto: int) -> bytes:
+def hash_frame(src: str, dst: str, sport: int, dport: int, proto: int) -> bytes:
+    """Just enough of a frame for the switches' flow hash (it reads fixed offsets)."""
     ipv4 = struct.pack(
         "!BBHHHBBH4s4s",
         0x45,
@@ -47,7 +48,7 @@ def predict_path(
     """Nodes visited from `src_host` to `dst_host` (both ends included), ignoring failures
     except ports listed in `down_ports` (pruned from ECMP groups, as link-down does)."""
     src, dst = fab.host_ip(src_host, plane), fab.host_ip(dst_host, plane)
-    frame = _frame(src, dst, sport, dport, proto)
+    frame = hash_frame(src, dst, sport, dport, proto)
     node = fab.interfaces[src_host][plane - 1].peer_node
     path = [src_host]
     for _ in range(8):
