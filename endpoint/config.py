@@ -8,6 +8,7 @@ hardware; docs/transport.md explains each one.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from enum import Enum
 
@@ -147,8 +148,6 @@ class TransportConfig:
         choice is independent of the forward one, as in a real fabric with many paths; keeping
         the plane keeps a round trip on one plane, so a plane failure retires only its own EVs.
         """
-        import random
-
         evs = self.ev_values()
         shuffle = random.Random(0x4D5243)  # fixed: both ends, every run, the same pairs
         pairs: dict[int, int] = {}

@@ -9,6 +9,7 @@ e.g. /proc/PID/ns/net of the node), and its own control socket.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import signal
 import sys
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
 def _die_with_parent() -> None:
     """A switch outlives nothing: if whoever started it dies (even by SIGKILL), so does it."""
     try:
-        import ctypes
-
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass

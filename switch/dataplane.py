@@ -319,7 +319,7 @@ class Switch:
 
     def _debug(self, event: str, detail: str, frame: bytes | bytearray) -> None:
         """Debug mode: dissect what was trimmed or dropped with scapy (slow; off by default)."""
-        from switch.reference import summarize
+        from switch.reference import summarize  # lazy: scapy costs ~0.5 s of switch start-up
 
         self.debug_log.write(
             json.dumps(
