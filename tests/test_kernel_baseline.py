@@ -198,3 +198,19 @@ def test_a_missing_tool_is_one_clear_line(monkeypatch, tmp_path, transport, tool
 def test_only_kernel_transports_are_accepted(tmp_path):
     with pytest.raises(kb.BaselineError, match="not a kernel baseline"):
         kb.KernelBaseline("nofabric", _scenario("mrc"), "mrc", tmp_path)
+
+
+def test_kernel_flows_add_up_the_tests_of_each_pair():
+    rows = [
+        {"src": "h1", "dst": "h2", "bytes": 100, "launched_s": 0.0, "test_start_s": 0.01,
+         "received": 100, "done_s": 0.2, "json_retransmits": 3},
+        {"src": "h1", "dst": "h2", "bytes": 100, "launched_s": 0.3, "test_start_s": 0.31,
+         "received": 100, "done_s": 0.5, "json_retransmits": None},
+        {"src": "h2", "dst": "h1", "bytes": 100, "launched_s": 0.0, "received": 0,
+         "done_s": None},
+    ]  # fmt: skip
+    a, b = kb.kernel_flow_records(rows)
+    assert (a.src, a.dst, a.bytes, a.acked_bytes) == ("h1", "h2", 200, 200)
+    assert (a.start_s, a.done_s, a.retransmits) == (0.01, 0.5, {"tcp": 3})
+    # No iperf3 output: it starts at its launch and never finishes.
+    assert (b.start_s, b.done_s, b.acked_bytes) == (0.0, None, 0)

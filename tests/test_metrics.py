@@ -14,6 +14,7 @@ from testbed.analysis.metrics import (
     check_expectations,
     emulation_warning,
     failover,
+    flow_entries,
     goodput_series,
     max_stall_ms,
     measure,
@@ -22,6 +23,7 @@ from testbed.analysis.metrics import (
     step_rhythm_s,
     step_times_ms,
 )
+from testbed.harness.records import FlowRecord
 from testbed.scenario import Expect, validate
 
 MBPS_40_PER_MS = 40e6 / 8 / 1000  # bytes per ms at 40 Mbps
@@ -320,6 +322,7 @@ TRANSPORT_KEYS = {
     "failover_ms",
     "retransmits",
     "trims",
+    "flows",
     "step_time_ms",
     "expectations",
 }
@@ -404,3 +407,28 @@ def test_failover_counts_an_outage_that_starts_after_a_moment_of_good_goodput():
     # An outage after the failure has ended is not this failure's.
     g = failover(*series(rate), [(0.0, 5.0)], [2.0], complete=False, failure_ends=[2.05])[0]
     assert g.ms == 0
+
+
+def test_flow_entries_goodput_and_completion_per_flow():
+    finished = FlowRecord("h1", "h3", 1_000_000, 1_000_000, 0.5, 1.3, {"nack": 2})
+    unfinished = FlowRecord("h2", "h4", 1_000_000, 250_000, 1.0, None, {})
+    silent = FlowRecord("h3", "h1", 1_000_000, 0, None, None, {})
+    a, b, c = flow_entries([finished, unfinished, silent], end_s=2.0)
+    assert a == {"src": "h1", "dst": "h3", "bytes": 1_000_000, "goodput_mbps": 10.0,
+                 "fct_ms": 800.0, "retransmits": {"nack": 2}}  # fmt: skip
+    # What it managed over its own active time, up to the end of the run; no completion.
+    assert b["goodput_mbps"] == 2.0 and b["fct_ms"] is None
+    assert c["goodput_mbps"] == 0.0 and c["fct_ms"] is None
+    json.dumps([a, b, c], allow_nan=False)
+
+
+def test_measure_puts_flows_into_the_summary_entry():
+    sc = validate(SCENARIO)
+    run = bulk_run("mrc", (1.0, 1.02))
+    run.flows = [FlowRecord("h1", "h3", 100, 100, 0.0, 0.5, {})]
+    m = measure(run, sc, applied(sc))
+    assert m.summary_entry()["flows"] == [
+        {"src": "h1", "dst": "h3", "bytes": 100, "goodput_mbps": 0.002, "fct_ms": 500.0,
+         "retransmits": {}}
+    ]  # fmt: skip
+    assert m.flow_goodput_mbps() == {"mean": 0.002, "min": 0.002}

@@ -24,6 +24,7 @@ from testbed.analysis.report import (
     write_summary,
     write_timeseries_csv,
 )
+from testbed.harness.records import FlowRecord
 from testbed.scenario import validate
 
 SCENARIO = {
@@ -55,6 +56,10 @@ def runs(sc):
         retransmits={"nack": 5, "timeout": 1},
         trims=12,
         steps=[(0.0, 0.7), (0.7, 1.5), (1.5, 2.2), (2.2, 3.0)],
+        flows=[
+            FlowRecord("h1", "h2", 600_000, 600_000, 0.0, 3.0, {"nack": 5}),
+            FlowRecord("h2", "h3", 600_000, 600_000, 0.0, 2.0, {}),
+        ],
     )
     sp = TransportRun(
         "single-path",
@@ -91,6 +96,7 @@ def test_side_by_side_rows(result):
     table = dict(rows)
     assert list(table) == [
         "goodput (Mbps)",
+        "per-flow goodput mean / min (Mbps)",
         "delivered",
         "max stall (ms)",
         "failover (ms)",
@@ -105,6 +111,8 @@ def test_side_by_side_rows(result):
     assert table["failover (ms)"][1] == "never"
     assert table["retransmits"][0] == "6 (nack 5, timeout 1)"
     assert table["trims"] == ["12", "0"]
+    # 600 kB in 3 s and in 2 s: 1.6 and 2.4 Mbps; single-path reported no flows.
+    assert table["per-flow goodput mean / min (Mbps)"] == ["2.0 / 1.6 (2 flows)", "—"]
     assert table["delivered"][0] == "all" and "missing" in table["delivered"][1]
     assert table["expectations"][0].startswith("pass")
     assert table["expectations"][1].startswith("FAIL")
@@ -170,12 +178,15 @@ def test_plain_and_rich_tables(result):
 def test_csvs(result, tmp_path):
     sc, metrics, applied = result
     paths = write_timeseries_csv(tmp_path, metrics)
-    assert [p.name for p in paths] == ["goodput.csv", "step_times.csv"]
+    assert [p.name for p in paths] == ["goodput.csv", "step_times.csv", "flows.csv"]
     rows = list(csv.reader(paths[0].open()))
     assert rows[0] == ["time_s", "mrc_mbps", "single-path_mbps"]
     assert len(rows) == 1 + 600
     steps = list(csv.reader(paths[1].open()))
     assert ["single-path", "1", "unfinished"] in steps
+    flows = list(csv.reader(paths[2].open()))
+    assert flows[0][:3] == ["transport", "src", "dst"]
+    assert flows[1] == ["mrc", "h1", "h2", "600000", "1.6", "3000.0", "1", "5"]
 
 
 def test_summary_json_round_trips_strictly(result, tmp_path):

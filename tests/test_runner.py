@@ -11,7 +11,12 @@ import pytest
 
 from testbed.experiment.runner import transports_arg
 from testbed.fabric.state import RUN_ROOT
-from testbed.harness.endpoint_driver import endpoint_run, endpoint_workload
+from testbed.harness.endpoint_driver import (
+    endpoint_run,
+    endpoint_workload,
+    expected_flows,
+    flow_records,
+)
 from testbed.scenario import flows, validate
 from tests.conftest import ROOT
 
@@ -123,3 +128,60 @@ def test_a_kernel_baseline_without_its_tool_fails_before_anything_is_built(monke
     runner.check_runnable(["mrc", "tcp"])  # iperf3 is there: fine
     with pytest.raises(runner.RunError, match="'mptcp' needs mptcpize"):
         runner.check_runnable(["mrc", "mptcp"])
+
+
+def test_flow_records_from_the_senders_records():
+    """Per flow: bytes acknowledged, first post, last acknowledgement, retransmits of its own
+    connection; an unfinished flow has no completion and starts at its first unacked post."""
+    t0 = 10.0
+    records = {
+        "h1": [
+            {"type": "msg", "job": 1, "side": "tx", "posted": 10.0, "acked": 10.2,
+             "bytes": 600, "peer": "h3", "t": 10.2},
+            {"type": "msg", "job": 1, "side": "tx", "posted": 10.1, "acked": 10.5,
+             "bytes": 400, "peer": "h3", "t": 10.5},
+            {"type": "counters", "job": 1, "peer": "h3", "qp": 7, "t": 10.1,
+             "retransmits": {"nack": 1}, "counters": {"messages_queued": 2}},
+            {"type": "counters", "job": 1, "peer": "h3", "qp": 7, "t": 10.5,
+             "retransmits": {"nack": 3}, "counters": {"messages_queued": 2}},
+            {"type": "msg", "job": 1, "side": "rx", "bytes": 5, "peer": "h2", "t": 10.3},
+        ],
+        "h2": [],
+    }  # fmt: skip
+    statuses = {"h1": {"done": True}, "h2": {"done": False, "unacked": [[10.05, 700]]}}
+    expected = [("h1", "h3", 1000), ("h2", "h4", 700)]
+    f1, f2 = flow_records(records, statuses, t0, expected)
+    assert (f1.src, f1.dst, f1.bytes, f1.acked_bytes) == ("h1", "h3", 1000, 1000)
+    assert f1.start_s == pytest.approx(0.0) and f1.done_s == pytest.approx(0.5)
+    assert f1.retransmits == {"nack": 3}
+    assert (f2.src, f2.dst, f2.acked_bytes, f2.done_s) == ("h2", "h4", 0, None)
+    assert f2.start_s == pytest.approx(0.05)
+    # A flow short of its bytes is unfinished even with some acknowledged.
+    (short,) = flow_records(records, statuses, t0, [("h1", "h3", 2000)])
+    assert short.done_s is None and short.acked_bytes == 1000
+
+
+def test_allreduce_flows_are_the_ring_hops_seen():
+    records = {
+        "h1": [{"type": "msg", "job": 1, "side": "tx", "posted": 0.1, "acked": 0.3,
+                "bytes": 50, "peer": "h2", "t": 0.3},
+               # h1's side of the h4 -> h1 hop only acknowledges: not a flow of h1's.
+               {"type": "counters", "job": 1, "peer": "h4", "qp": 9, "t": 0.3,
+                "retransmits": {}, "counters": {"ack_tx": 3}}],
+        "h2": [{"type": "msg", "job": 1, "side": "tx", "posted": 0.2, "acked": 0.4,
+                "bytes": 50, "peer": "h1", "t": 0.4}],
+    }  # fmt: skip
+    flows = flow_records(records, {"h1": {"done": True}, "h2": {"done": False}}, 0.0, None)
+    assert [(f.src, f.dst, f.bytes, f.done_s) for f in flows] == [
+        ("h1", "h2", 50, pytest.approx(0.3)),
+        ("h2", "h1", 50, None),
+    ]
+
+
+def test_expected_flows_follow_the_scenario():
+    incast = validate(
+        BASE | {"workload": {"kind": "incast", "dst": "h1", "srcs": ["h2", "h3"], "bytes": "1MB"}}
+    )
+    assert expected_flows(incast) == [("h2", "h1", 1_000_000), ("h3", "h1", 1_000_000)]
+    ring = validate(BASE | {"workload": {"kind": "allreduce", "bytes": "1MB", "steps": 2}})
+    assert expected_flows(ring) is None  # the hops carry what the steps make them carry

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from testbed.harness.records import Message, TransportRun
+from testbed.harness.records import FlowRecord, Message, TransportRun
 from testbed.scenario import Event, Expect, Scenario, capacity_mbps, total_bytes
 
 BIN_S = 0.010
@@ -101,6 +101,7 @@ class TransportMetrics:
     goodput_bins: list[float]
     expectations: dict[str, Any]
     ev_bytes: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    flows: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def lost_bytes(self) -> int:
@@ -126,8 +127,44 @@ class TransportMetrics:
             "retransmits": dict(self.retransmits),
             "trims": self.trims,
             "step_time_ms": {k: _r(v) for k, v in self.step_percentiles.items()},
+            "flows": self.flows,
             "expectations": self.expectations,
         }
+
+    def flow_goodput_mbps(self) -> dict[str, float | None]:
+        """Mean and min per-flow goodput: what a simulator's per-flow utilisation compares."""
+        rates = [f["goodput_mbps"] for f in self.flows if f["goodput_mbps"] is not None]
+        if not rates:
+            return {"mean": None, "min": None}
+        return {"mean": _r(statistics.fmean(rates)), "min": _r(min(rates))}
+
+
+def flow_entries(flows: Iterable[FlowRecord], end_s: float) -> list[dict[str, Any]]:
+    """summary.json's per-flow objects (docs/design.md "Results").
+
+    goodput_mbps: acknowledged bytes over the flow's own active time, from its first post to
+    its last acknowledgement, or to the end of the measurement if it did not finish (so an
+    unfinished flow reads what it managed, not zero). fct_ms: first post to completion, null
+    if unfinished. A flow that never posted reads 0 Mbps."""
+    out = []
+    for f in flows:
+        if f.start_s is None:
+            goodput, fct = 0.0, None
+        else:
+            until = f.done_s if f.done_s is not None else end_s
+            goodput = f.acked_bytes * 8 / max(until - f.start_s, 1e-9) / 1e6
+            fct = None if f.done_s is None else (f.done_s - f.start_s) * 1000.0
+        out.append(
+            {
+                "src": f.src,
+                "dst": f.dst,
+                "bytes": f.bytes,
+                "goodput_mbps": _r(goodput),
+                "fct_ms": _r(fct),
+                "retransmits": dict(f.retransmits),
+            }
+        )
+    return out
 
 
 # --------------------------------------------------------------------------- time series
@@ -431,6 +468,7 @@ def measure(
         goodput_bins=mbps,
         expectations={},
         ev_bytes=run.ev_bytes,
+        flows=flow_entries(run.flows, run.end_s),
     )
     metrics.expectations = check_expectations(
         scenario.expect,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import statistics
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -83,8 +84,15 @@ def comparison_rows(
         retx_cell = str(sum(retx.values()))
         if retx:
             retx_cell += " (" + ", ".join(f"{k} {v}" for k, v in sorted(retx.items())) + ")"
+        rates = [f["goodput_mbps"] for f in e.get("flows") or []]
+        flow_cell = (
+            f"{statistics.fmean(rates):.1f} / {min(rates):.1f} ({len(rates)} flows)"
+            if rates
+            else "—"
+        )
         cells = {
             "goodput (Mbps)": f"{e['goodput_mbps']:.1f}{frac}",
+            "per-flow goodput mean / min (Mbps)": flow_cell,
             "delivered": "all"
             if lost == 0
             else f"{format_size(delivered)}, {format_size(lost)} missing",
@@ -289,7 +297,9 @@ def write_summary(out_dir: str | Path, summary: Mapping[str, Any]) -> Path:
 def write_timeseries_csv(
     out_dir: str | Path, metrics: Mapping[str, TransportMetrics]
 ) -> list[Path]:
-    """goodput.csv (time_s, one Mbps column per transport) and step_times.csv, for re-plotting."""
+    """goodput.csv (time_s, one Mbps column per transport), step_times.csv and flows.csv (one
+    row per flow; `fct_ms` empty and `finished` 0 for a flow that did not finish), for
+    re-plotting and for comparing per-flow figures with a simulator."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
@@ -316,6 +326,19 @@ def write_timeseries_csv(
                     w.writerow([n, i, f"{v:.3f}"])
                 for j in range(m.steps_unfinished):
                     w.writerow([n, len(m.step_ms) + j, "unfinished"])
+        written.append(path)
+    if any(m.flows for m in metrics.values()):
+        path = out_dir / "flows.csv"
+        with path.open("w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(["transport", "src", "dst", "bytes", "goodput_mbps", "fct_ms",
+                        "finished", "retransmits"])  # fmt: skip
+            for n, m in metrics.items():
+                for f in m.flows:
+                    fct = f["fct_ms"]
+                    w.writerow([n, f["src"], f["dst"], f["bytes"], f["goodput_mbps"],
+                                "" if fct is None else fct, int(fct is not None),
+                                sum(f["retransmits"].values())])  # fmt: skip
         written.append(path)
     return written
 

@@ -20,7 +20,7 @@ from contracts.ports import ROCEV2_UDP_PORT
 from endpoint.metrics import placed_samples
 from testbed.fabric.paths import predict_path
 from testbed.harness.endpoints import FabricEndpoints
-from testbed.harness.records import Message, TransportRun
+from testbed.harness.records import FlowRecord, Message, TransportRun
 from testbed.scenario import AllreduceWorkload, Scenario, flows, workload_hosts
 
 ENDPOINT_TRANSPORTS = ("mrc", "single-path", "spray-no-failover")
@@ -65,6 +65,77 @@ class LiveBytes:
         return self.total
 
 
+def expected_flows(sc: Scenario) -> list[tuple[str, str, int]] | None:
+    """(src, dst, bytes) of every flow the workload asks for; None for an all-reduce, whose
+    ring hops carry what the steps make them carry."""
+    if isinstance(sc.workload, AllreduceWorkload):
+        return None
+    return [(f.src, f.dst, f.bytes) for f in flows(sc)]
+
+
+def flow_records(
+    records: dict[str, list[dict]],
+    statuses: dict[str, dict],
+    t0: float,
+    expected: Sequence[tuple[str, str, int]] | None,
+) -> list[FlowRecord]:
+    """One `FlowRecord` per flow, from the senders' message and counter records.
+
+    A flow with `expected` bytes is done once that many bytes were acknowledged, at the last
+    acknowledgement; without (all-reduce hops), once its sender's job finished. A flow that
+    never had a message acknowledged starts at its sender's first still-unacknowledged post
+    (the status lists those per host, not per peer: exact for one flow per sender)."""
+    acked: dict[tuple[str, str], int] = {}
+    first: dict[tuple[str, str], float] = {}
+    last: dict[tuple[str, str], float] = {}
+    retrans: dict[tuple[str, str], dict[str, int]] = {}
+    for host, recs in records.items():
+        counters: dict[tuple, dict] = {}
+        for r in recs:
+            if r.get("job") != JOB:
+                continue
+            kind = r.get("type")
+            if kind == "msg" and r.get("side") == "tx":
+                key = (host, r["peer"])
+                acked[key] = acked.get(key, 0) + r["bytes"]
+                first[key] = min(first.get(key, math.inf), r["posted"] - t0)
+                last[key] = max(last.get(key, -math.inf), r["acked"] - t0)
+            elif kind == "counters":
+                counters[(r["peer"], r["qp"])] = r  # cumulative: the last one counts
+        for (peer, _qp), r in counters.items():
+            if not r["counters"].get("messages_queued"):
+                continue  # the reverse direction of a connection: it only acknowledges
+            into = retrans.setdefault((host, peer), {})
+            for reason, n in r["retransmits"].items():
+                into[reason] = into.get(reason, 0) + n
+    if expected is None:
+        wanted = {key: None for key in sorted({*acked, *retrans})}
+    else:
+        wanted = {}
+        for src, dst, nbytes in expected:
+            wanted[(src, dst)] = (wanted.get((src, dst)) or 0) + nbytes
+    out = []
+    for (src, dst), nbytes in wanted.items():
+        got = acked.get((src, dst), 0)
+        done = got >= nbytes if nbytes is not None else bool(statuses.get(src, {}).get("done"))
+        start = first.get((src, dst))
+        if start is None:
+            posts = [posted for posted, _ in statuses.get(src, {}).get("unacked", [])]
+            start = min(posts) - t0 if posts else None
+        out.append(
+            FlowRecord(
+                src=src,
+                dst=dst,
+                bytes=got if nbytes is None else nbytes,
+                acked_bytes=got,
+                start_s=start,
+                done_s=last.get((src, dst)) if done else None,
+                retransmits=retrans.get((src, dst), {}),
+            )
+        )
+    return out
+
+
 def endpoint_run(
     transport: str,
     records: dict[str, list[dict]],
@@ -72,6 +143,7 @@ def endpoint_run(
     t0: float,
     end_s: float,
     path_of: Callable[[str, str, int], str] | None = None,
+    expected: Sequence[tuple[str, str, int]] | None = None,
 ) -> TransportRun:
     """What `measure` needs, from every host's metrics records and final job status."""
 
@@ -131,6 +203,7 @@ def endpoint_run(
         retransmits=retransmits,
         steps=steps,
         ev_bytes=ev_bytes,
+        flows=flow_records(records, statuses, t0, expected),
     )
 
 
@@ -216,7 +289,13 @@ class EndpointDriver:
             json.dumps(self.statuses, indent=1, default=str)
         )
         return endpoint_run(
-            self.transport, records, self.statuses, t0, end_s, path_namer(self.sc, self.sc.seed)
+            self.transport,
+            records,
+            self.statuses,
+            t0,
+            end_s,
+            path_namer(self.sc, self.sc.seed),
+            expected_flows(self.sc),
         )
 
     def dead(self) -> str:

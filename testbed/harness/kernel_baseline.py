@@ -102,7 +102,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from testbed.fabric import client
-from testbed.harness.records import Message, TransportRun
+from testbed.harness.records import FlowRecord, Message, TransportRun
 from testbed.scenario import AllreduceWorkload, Flow, Scenario, flows, workload_hosts
 
 PORT_BASE = 5201
@@ -370,6 +370,32 @@ class _Step:
     start: float
     end: float | None = None
     hops: list[_Hop] = field(default_factory=list)
+
+
+def kernel_flow_records(rows: Sequence[Mapping[str, Any]]) -> list[FlowRecord]:
+    """One `FlowRecord` per (src, dst), from the per-test rows of `collect` (an all-reduce
+    runs one iperf3 test per hop and step: they add up). A flow starts when its first test's
+    data started (its launch if iperf3 left no output) and is done when its last test's
+    receiver had every byte; retransmits are iperf3's own count for the sender ("tcp")."""
+    by_pair: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for row in rows:
+        by_pair.setdefault((row["src"], row["dst"]), []).append(row)
+    out = []
+    for (src, dst), tests in by_pair.items():
+        ends = [r.get("done_s") for r in tests]
+        retrans = sum(int(r.get("json_retransmits") or 0) for r in tests)
+        out.append(
+            FlowRecord(
+                src=src,
+                dst=dst,
+                bytes=sum(r["bytes"] for r in tests),
+                acked_bytes=sum(int(r.get("received") or 0) for r in tests),
+                start_s=min(r.get("test_start_s", r["launched_s"]) for r in tests),
+                done_s=None if any(e is None for e in ends) else max(ends),
+                retransmits={"tcp": retrans},
+            )
+        )
+    return out
 
 
 # --------------------------------------------------------------------------- the baseline
@@ -805,6 +831,7 @@ class KernelBaseline:
             retransmits={"tcp": retrans},
             trims=0,
             steps=steps if self.allreduce else (),
+            flows=kernel_flow_records(rows),
         )
 
     def stop(self) -> None:

@@ -20,6 +20,25 @@ class Message:
     done_s: float | None
 
 
+@dataclass(frozen=True)
+class FlowRecord:
+    """One flow of the traffic matrix (one ring hop of an all-reduce): `src` to `dst`.
+
+    `bytes`: what the workload asked it to carry; `acked_bytes`: what the sender saw
+    acknowledged; `start_s`: its first message's post (None if it never posted);
+    `done_s`: when its last byte was acknowledged (None: unfinished when the run stopped);
+    `retransmits`: by reason, this flow's connection only.
+    """
+
+    src: str
+    dst: str
+    bytes: int
+    acked_bytes: int
+    start_s: float | None
+    done_s: float | None
+    retransmits: Mapping[str, int] = field(default_factory=dict)
+
+
 @dataclass
 class TransportRun:
     """What the runner collected for one transport (the input of `measure`).
@@ -31,6 +50,7 @@ class TransportRun:
     retransmits: counts by reason, e.g. {"nack": 12, "timeout": 1, "probe": 3}.
     trims: trimmed packets counted by the switches while this transport ran.
     ev_bytes: optional per-EV (or per-path) sent bytes in `BIN_S` bins, for plots only.
+    flows: one record per flow, for per-flow goodput and completion times.
     """
 
     transport: str
@@ -41,3 +61,4 @@ class TransportRun:
     trims: int = 0
     steps: Sequence[tuple[float, float | None]] = ()
     ev_bytes: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    flows: Sequence[FlowRecord] = ()
