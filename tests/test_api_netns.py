@@ -126,3 +126,7 @@ def test_run_takes_a_dict_and_returns_the_summary(tmp_path):
     assert 0 < mrc["goodput_mbps"] < 20
     on_disk = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert on_disk["transports"]["mrc"]["delivered_bytes"] == 1_000_000
+    (flow,) = on_disk["transports"]["mrc"]["flows"]
+    assert (flow["src"], flow["dst"], flow["bytes"]) == ("h1", "h2", 1_000_000)
+    assert flow["fct_ms"] > 0 and 0 < flow["goodput_mbps"] < 20
+    assert on_disk["provenance"]["scenario"]["name"] == "api-run"

@@ -53,6 +53,7 @@ from testbed.analysis.metrics import (
 from testbed.analysis.plots import event_marks, plot_run
 from testbed.analysis.report import write_report, write_summary, write_timeseries_csv
 from testbed.experiment.errors import RunError
+from testbed.experiment.provenance import provenance
 from testbed.fabric import client
 from testbed.fabric.cleanup import clean_fabric
 from testbed.fabric.lifecycle import tear_down
@@ -398,6 +399,7 @@ def run_scenario(
     summary = build_summary(
         sc, events=first.applied, transports=metrics, emulation=emulation, started=started
     )
+    summary["provenance"] = provenance(sc)
     for t, r in results.items():
         entry = summary["transports"][t]
         entry["applied_events"] = [
