@@ -183,7 +183,9 @@ def test_csvs(result, tmp_path):
     assert rows[0] == ["time_s", "mrc_mbps", "single-path_mbps"]
     assert len(rows) == 1 + 600
     steps = list(csv.reader(paths[1].open()))
-    assert ["single-path", "1", "unfinished"] in steps
+    assert steps[0] == ["transport", "step", "step_ms", "finished"]
+    assert ["single-path", "0", "700.000", "1"] in steps
+    assert ["single-path", "1", "", "0"] in steps  # no word in the numeric column
     flows = list(csv.reader(paths[2].open()))
     assert flows[0][:3] == ["transport", "src", "dst"]
     assert flows[1] == ["mrc", "h1", "h2", "600000", "1.6", "3000.0", "1", "5"]

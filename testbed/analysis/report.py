@@ -297,9 +297,10 @@ def write_summary(out_dir: str | Path, summary: Mapping[str, Any]) -> Path:
 def write_timeseries_csv(
     out_dir: str | Path, metrics: Mapping[str, TransportMetrics]
 ) -> list[Path]:
-    """goodput.csv (time_s, one Mbps column per transport), step_times.csv and flows.csv (one
-    row per flow; `fct_ms` empty and `finished` 0 for a flow that did not finish), for
-    re-plotting and for comparing per-flow figures with a simulator."""
+    """goodput.csv (time_s, one Mbps column per transport), step_times.csv (one row per step;
+    `step_ms` empty and `finished` 0 for a step that never ended) and flows.csv (one row per
+    flow; `fct_ms` empty and `finished` 0 likewise), for re-plotting and for comparing per-flow
+    figures with a simulator. Numeric columns hold numbers or nothing, never words."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
@@ -320,12 +321,12 @@ def write_timeseries_csv(
         path = out_dir / "step_times.csv"
         with path.open("w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh)
-            w.writerow(["transport", "step", "step_ms"])
+            w.writerow(["transport", "step", "step_ms", "finished"])
             for n, m in metrics.items():
                 for i, v in enumerate(m.step_ms):
-                    w.writerow([n, i, f"{v:.3f}"])
-                for j in range(m.steps_unfinished):
-                    w.writerow([n, len(m.step_ms) + j, "unfinished"])
+                    w.writerow([n, i, f"{v:.3f}", 1])
+                for j in range(m.steps_unfinished):  # no number for a step that never ended
+                    w.writerow([n, len(m.step_ms) + j, "", 0])
         written.append(path)
     if any(m.flows for m in metrics.values()):
         path = out_dir / "flows.csv"
