@@ -56,9 +56,12 @@ def _positive_bytes(value: object) -> int:
     return nbytes
 
 
-Bytes = Annotated[int, BeforeValidator(_bytes)]
+# In the JSON Schema (`testbed schema`) a size is what a file may write: a number of bytes or a
+# string such as "20MB" or "64KiB"; the validator turns either into whole bytes.
+_SIZE_INPUT = int | str
+Bytes = Annotated[int, BeforeValidator(_bytes, json_schema_input_type=_SIZE_INPUT)]
 """A size in whole bytes, zero allowed (an endpoint job may send an empty message)."""
-PositiveBytes = Annotated[int, BeforeValidator(_positive_bytes)]
+PositiveBytes = Annotated[int, BeforeValidator(_positive_bytes, json_schema_input_type=_SIZE_INPUT)]
 """A size in whole bytes, more than zero (what a scenario may ask for)."""
 HostName = Annotated[str, Field(min_length=1)]
 Hosts = list[HostName] | Literal["all"]
@@ -134,9 +137,11 @@ class _Messages(StrictModel):
     """How an endpoint cuts a flow into messages: `message_bytes` each, `window_messages` posted
     ahead per connection."""
 
-    message_bytes: Annotated[int, BeforeValidator(_bytes), Field(ge=1, le=MAX_MESSAGE_BYTES)] = (
-        DEFAULT_MESSAGE_BYTES
-    )
+    message_bytes: Annotated[
+        int,
+        BeforeValidator(_bytes, json_schema_input_type=_SIZE_INPUT),
+        Field(ge=1, le=MAX_MESSAGE_BYTES),
+    ] = DEFAULT_MESSAGE_BYTES
     window_messages: int = Field(DEFAULT_WINDOW_MESSAGES, ge=1, le=MAX_WINDOW_MESSAGES)
 
 

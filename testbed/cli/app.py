@@ -25,6 +25,7 @@ from testbed.cli.commands import (
     cmd_lab,
     cmd_list,
     cmd_run,
+    cmd_schema,
     cmd_up,
 )
 from testbed.experiment.errors import RunError
@@ -140,6 +141,9 @@ def _scenario_commands(sub) -> None:
     sub.add_parser("list", help="shipped scenarios with one-line descriptions").set_defaults(
         func=cmd_list
     )
+    sub.add_parser(
+        "schema", help="the JSON Schema of the scenario format (for editors and linters)"
+    ).set_defaults(func=cmd_schema)
     for cmd in ("run", "compare"):
         helps = {
             "run": "run a scenario; exit 0 iff its expectations hold",

@@ -33,7 +33,7 @@ from testbed.labs.grading import (
     format_report,
     list_labs,
 )
-from testbed.scenario import Scenario, ScenarioError, lint
+from testbed.scenario import Scenario, ScenarioError, lint, scenario_json_schema
 from testbed.scenario.catalog import format_catalog, list_scenarios
 from topologies import TopologyParams
 
@@ -171,6 +171,11 @@ def cmd_clean(args: argparse.Namespace) -> int:
         print(f"nothing to clean under {RUN_ROOT}")
     for name, actions in done.items():
         print(f"{name}: {'; '.join(actions) or 'nothing left'}")
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    print(json.dumps(scenario_json_schema(), indent=1))
     return 0
 
 

@@ -30,6 +30,7 @@ from testbed.scenario.schema import (
     Scenario,
     TopologySpec,
     Workload,
+    scenario_json_schema,
 )
 from testbed.scenario.traffic import Flow, flows, total_bytes, workload_hosts
 from testbed.scenario.validation import ScenarioError, load_scenario, validate
@@ -60,6 +61,7 @@ __all__ = [
     "lint",
     "load_scenario",
     "quick",
+    "scenario_json_schema",
     "total_bytes",
     "validate",
     "workload_hosts",

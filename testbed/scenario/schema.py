@@ -261,7 +261,11 @@ class Scenario(StrictModel):
 
     _fabric: Fabric | None = PrivateAttr(default=None)
 
-    @field_validator("transport", mode="before")
+    @field_validator(
+        "transport",
+        mode="before",
+        json_schema_input_type=Literal[TRANSPORTS] | list[Literal[TRANSPORTS]],  # type: ignore[valid-type]
+    )
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
         # `transport: mrc` and `transport: [mrc, tcp]` both mean a list of transports to run.
@@ -283,3 +287,15 @@ class Scenario(StrictModel):
 
     def hosts(self) -> list[str]:
         return self.fabric().hosts()
+
+
+def scenario_json_schema() -> dict[str, Any]:
+    """The scenario format as a JSON Schema (draft 2020-12), for editors and CI linters.
+
+    Generated from the same models that validate a file, so it cannot drift from them; it
+    checks the shape only: names against the fabric, event times and the other meaning checks
+    are `validate`'s, which every `testbed` command that loads the file runs."""
+    schema = Scenario.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "mrc-testbed scenario"
+    return schema
