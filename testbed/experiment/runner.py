@@ -53,6 +53,7 @@ from testbed.analysis.metrics import (
 from testbed.analysis.plots import event_marks, plot_run
 from testbed.analysis.report import write_report, write_summary, write_timeseries_csv
 from testbed.experiment.errors import RunError
+from testbed.experiment.ownership import first_missing, hand_over, invoking_user
 from testbed.experiment.provenance import provenance
 from testbed.fabric import client
 from testbed.fabric.cleanup import clean_fabric
@@ -381,7 +382,21 @@ def run_scenario(
 ) -> Outcome:
     """Run `sc` once per transport and write the results folder; nothing is left running."""
     progress = progress or Progress()
+    created = first_missing(out_dir)  # what this run creates, handed to the sudo user at the end
     out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        return _run_all(sc, transports, out_dir, judged, progress)
+    finally:
+        hand_over(created, invoking_user())  # also what an aborted run left
+
+
+def _run_all(
+    sc: Scenario,
+    transports: Sequence[str],
+    out_dir: Path,
+    judged: Sequence[str] | None,
+    progress: Progress,
+) -> Outcome:
     started = datetime.now(timezone.utc)
     results: dict[str, RunResult] = {}
     for t in transports:
