@@ -96,7 +96,7 @@ def test_catalog_flags_a_broken_file_without_hiding_others(tmp_path):
     (tmp_path / "bad.yaml").write_text("name: bad\n")
     entries = {e.name: e for e in list_scenarios(tmp_path)}
     assert entries["good"].error is None
-    assert "description: required" in entries["bad"].error
+    assert "topology: required" in entries["bad"].error
     assert "INVALID" in format_catalog(list(entries.values()))
 
 
@@ -107,3 +107,13 @@ def test_find_scenario_by_name_or_path(tmp_path):
     assert find_scenario(str(own)) == own
     with pytest.raises(ValueError, match="no scenario file or shipped scenario named 'nope'"):
         find_scenario("nope")
+
+
+def test_description_is_optional(tmp_path):
+    text = (SCENARIO_DIR / "link-failure.yaml").read_text()
+    lines = [ln for ln in text.splitlines() if not ln.startswith("description:")]
+    (tmp_path / "plain.yaml").write_text(
+        "\n".join(lines).replace("name: link-failure", "name: plain")
+    )
+    (entry,) = list_scenarios(tmp_path)
+    assert entry.error is None and entry.name == "plain" and entry.description == ""

@@ -153,7 +153,7 @@ def render_report(
 ) -> str:
     """The text of report.md. `plots` maps a caption to a PNG path (made relative to out_dir)."""
     out: list[str] = [f"# {summary['scenario']}", ""]
-    if scenario is not None:
+    if scenario is not None and scenario.description.strip():
         out += [scenario.description.strip(), ""]
     emu = summary.get("emulation", {})
     drops = emu.get("kernel_drops", 0)

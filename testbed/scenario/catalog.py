@@ -35,7 +35,7 @@ def list_scenarios(directory: str | Path | None = None) -> list[CatalogEntry]:
         except ScenarioError as exc:
             entries.append(CatalogEntry(path.stem, path, "", str(exc)))
             continue
-        first_line = sc.description.strip().splitlines()[0]
+        first_line = next(iter(sc.description.strip().splitlines()), "")
         entries.append(CatalogEntry(sc.name, path, first_line))
     return entries
 

@@ -250,7 +250,7 @@ class Expect(StrictModel):
 
 class Scenario(StrictModel):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=64)
-    description: str = Field(min_length=1)
+    description: str = ""  # optional: what happens and why it matters
     topology: TopologySpec
     transport: list[Literal[TRANSPORTS]] = Field(default=["mrc"], min_length=1)  # type: ignore[valid-type]
     workload: Workload
