@@ -130,3 +130,16 @@ def test_run_takes_a_dict_and_returns_the_summary(tmp_path):
     assert (flow["src"], flow["dst"], flow["bytes"]) == ("h1", "h2", 1_000_000)
     assert flow["fct_ms"] > 0 and 0 < flow["goodput_mbps"] < 20
     assert on_disk["provenance"]["scenario"]["name"] == "api-run"
+
+
+def test_run_json_prints_the_summary_alone_on_stdout(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "testbed.cli", "run", "silent-blackhole", "--quick", "--json",
+         "--out", str(tmp_path / "r")],
+        capture_output=True, text=True, timeout=180, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout)  # nothing but the JSON document
+    assert summary["passed"] is True and summary["out_dir"] == str(tmp_path / "r")
+    assert summary["transports"]["mrc"]["flows"]
+    assert "[mrc] fabric" in proc.stderr  # progress went to stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -112,3 +113,16 @@ def test_list_shows_shipped_scenarios(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert "link-failure" in out and "allreduce-under-failure" in out
+
+
+def test_list_json_is_machine_readable():
+    proc = subprocess.run(
+        [sys.executable, "-m", "testbed.cli", "list", "--json"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    names = {r["name"] for r in rows}
+    assert {"silent-blackhole", "link-failure"} <= names
+    assert all(set(r) == {"name", "path", "description", "error"} for r in rows)
+    assert all(r["error"] is None and r["path"].endswith(".yaml") for r in rows)

@@ -138,9 +138,9 @@ def _fabric_commands(sub, named) -> None:
 
 def _scenario_commands(sub) -> None:
     """list, run, compare: the shipped scenarios and running them."""
-    sub.add_parser("list", help="shipped scenarios with one-line descriptions").set_defaults(
-        func=cmd_list
-    )
+    ls = sub.add_parser("list", help="shipped scenarios with one-line descriptions")
+    ls.add_argument("--json", action="store_true", help="name, path, description, error each")
+    ls.set_defaults(func=cmd_list)
     sub.add_parser(
         "schema", help="the JSON Schema of the scenario format (for editors and linters)"
     ).set_defaults(func=cmd_schema)
@@ -153,6 +153,11 @@ def _scenario_commands(sub) -> None:
         rp.add_argument("scenario", help="a YAML file, or the name of a shipped scenario")
         rp.add_argument("--out", help="results folder (default results/NAME-TIMESTAMP)")
         rp.add_argument("--quick", action="store_true", help="a quarter of the timeline (tests)")
+        rp.add_argument(
+            "--json",
+            action="store_true",
+            help="print the summary (plus out_dir, passed) as JSON on stdout; progress on stderr",
+        )
         if cmd == "run":
             rp.add_argument("--transport", help="run this transport (or a,b,...) instead")
             rp.set_defaults(func=cmd_run)

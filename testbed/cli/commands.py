@@ -15,6 +15,7 @@ from testbed.bench import endpoint_bench, fabric_bench, failover_bench, switch_b
 from testbed.cli.interactive import Dispatch, FabricCli
 from testbed.experiment.api import load
 from testbed.experiment.runner import (
+    Progress,
     check_runnable,
     default_out_dir,
     run_scenario,
@@ -180,8 +181,13 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-
-    print(format_catalog(list_scenarios()))
+    entries = list_scenarios()
+    if args.json:
+        rows = [{"name": e.name, "path": str(e.path), "description": e.description,
+                 "error": e.error} for e in entries]  # fmt: skip
+        print(json.dumps(rows, indent=1))
+        return 0
+    print(format_catalog(entries))
     return 0
 
 
@@ -196,8 +202,18 @@ def _load_for_run(args: argparse.Namespace) -> Scenario:
     return sc
 
 
-def _finish_run(outcome, args: argparse.Namespace) -> int:
+def _progress(args: argparse.Namespace) -> Progress:
+    """With --json, stdout carries the summary alone: progress goes to stderr."""
+    return Progress(stream=sys.stderr) if args.json else Progress()
 
+
+def _finish_run(outcome, args: argparse.Namespace) -> int:
+    if args.json:
+        print(json.dumps(
+            {**outcome.summary, "out_dir": str(outcome.out_dir), "passed": outcome.passed},
+            indent=1,
+        ))  # fmt: skip
+        return 0 if outcome.passed else 1
     print()
     print_comparison(outcome.summary, outcome.metrics)
     print(f"\nresults: {outcome.out_dir}")
@@ -228,7 +244,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_runnable(transports)
     need_root("testbed run")
     out = Path(args.out) if args.out else default_out_dir(sc)
-    return _finish_run(run_scenario(sc, transports, out), args)
+    return _finish_run(run_scenario(sc, transports, out, progress=_progress(args)), args)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -241,7 +257,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     need_root("testbed compare")
     out = Path(args.out) if args.out else default_out_dir(sc)
     judged = [t for t in transports if t in sc.transports]
-    return _finish_run(run_scenario(sc, transports, out, judged=judged), args)
+    outcome = run_scenario(sc, transports, out, judged=judged, progress=_progress(args))
+    return _finish_run(outcome, args)
 
 
 def cmd_cli(args: argparse.Namespace, dispatch: Dispatch) -> int:
