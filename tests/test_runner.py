@@ -116,7 +116,9 @@ def test_bad_scenario_fails_fast_creating_nothing(tmp_path, edit, message):
     elapsed = time.monotonic() - t
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and message in lines[0], proc.stderr
+    # One line per mistake (the not-adjacent edit breaks both events), each naming the file.
+    assert lines and message in lines[0], proc.stderr
+    assert all(ln.startswith(f"testbed: {path}:") for ln in lines), proc.stderr
     assert (set(RUN_ROOT.iterdir()) if RUN_ROOT.exists() else set()) == before
     assert elapsed < 2.0  # the interpreter's start-up included; validation itself takes ms
 

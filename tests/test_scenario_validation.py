@@ -321,10 +321,9 @@ def test_every_action_and_workload_is_accepted():
 
 def test_plane_suffix_hint():
     data = variant(**{"topology.planes": 2})
-    assert error_of(data) == (
-        "events[0].link: no node named spine1 "
-        "(with 2 planes switch names end in p1..p2, e.g. spine1p1)"
-    )
+    hint = "no node named spine1 (with 2 planes switch names end in p1..p2, e.g. spine1p1)"
+    # Both events name spine1: both are reported, each with the hint.
+    assert error_of(data).splitlines() == [f"events[0].link: {hint}", f"events[1].link: {hint}"]
 
 
 def test_transport_list_for_compare():
@@ -364,19 +363,20 @@ def test_load_names_the_file_and_key(tmp_path):
     path = write(tmp_path, yaml.safe_dump(data))
     with pytest.raises(ScenarioError) as info:
         load_scenario(path)
-    assert str(info.value) == f"{path}: workload.dst: no host named h99"
+    line = yaml.safe_dump(data).splitlines().index("  dst: h99") + 1
+    assert str(info.value) == f"{path}:{line}:3: workload.dst: no host named h99"
     assert info.value.path == "workload.dst"
 
 
 def test_load_rejects_duplicate_keys(tmp_path):
     path = write(tmp_path, "name: a\nname: b\n")
-    with pytest.raises(ScenarioError, match=r"line 2: duplicate key 'name'"):
+    with pytest.raises(ScenarioError, match=r"s\.yaml:2:1: yaml: duplicate key 'name'"):
         load_scenario(path)
 
 
 def test_load_reports_yaml_syntax_with_line(tmp_path):
     path = write(tmp_path, "name: a\ntopology: {spines: 2\n")
-    with pytest.raises(ScenarioError, match=r"s\.yaml: line \d+: "):
+    with pytest.raises(ScenarioError, match=r"s\.yaml:\d+:\d+: yaml: "):
         load_scenario(path)
 
 
@@ -426,3 +426,56 @@ def test_validation_is_fast_and_creates_nothing(tmp_path, monkeypatch):
     validate(big)
     assert time.perf_counter() - start < 1.0
     assert list(tmp_path.iterdir()) == []
+
+
+FIVE_MISTAKES = """\
+name: five
+topology: {spines: 2, leaves: 2, hosts_per_leaf: 2, link_mbps: fast}
+workload: {kind: bulk, src: h1, dst: h3, bytes: 1MB}
+duration_s: 4
+colour: blue
+events:
+  - {acton: link-down, at: 1.0, link: [spine1, leaf2]}
+  - {at: 2.0, action: loss, link: [leaf1, spine1], percent: 250}
+expect: {max_stall_ms: -1}
+"""
+
+
+def test_every_shape_mistake_in_one_pass_with_line_and_column(tmp_path):
+    """Five mistakes, five lines, each `file:line:col: key.path: message`; the misspelt key is
+    named with a did-you-mean (not reported as a missing `action`)."""
+    path = write(tmp_path, FIVE_MISTAKES)
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    lines = str(info.value).splitlines()
+    expected = [
+        (2, "topology.link_mbps: "),
+        (5, "colour: unknown key"),
+        (7, "events[0].acton: unknown key (did you mean 'action'?)"),
+        (8, "events[1].percent: "),
+        (9, "expect.max_stall_ms: "),
+    ]
+    assert len(lines) == len(expected), lines
+    for line, (row, start) in zip(lines, expected, strict=True):  # in the file's order
+        assert line.startswith(f"{path}:{row}:"), line
+        assert f": {start}" in line, line
+    assert not any("events[0].action: required" in ln for ln in lines)
+    assert info.value.path == info.value.issues[0].path  # the first mistake, for one-line use
+
+
+def test_every_meaning_mistake_in_one_pass():
+    data = variant(**{"workload.dst": "h99"})
+    data["events"][0]["at"] = 999.0
+    data["events"][1]["link"] = ["spine1", "spine2"]
+    lines = error_of(data).splitlines()
+    assert [ln.split(":")[0] for ln in lines] == ["workload.dst", "events[0].at", "events[1].link"]
+
+
+def test_key_positions_find_keys_and_items():
+    from testbed.scenario.validation import key_positions
+
+    pos = key_positions("a: 1\nb:\n  - {c: 2}\n  - d: 3\n")
+    assert pos[("a",)] == (1, 1) and pos[("b",)] == (2, 1)
+    assert pos[("b", 0)] == (3, 5) and pos[("b", 0, "c")] == (3, 6)
+    assert pos[("b", 1, "d")] == (4, 5)
+    assert key_positions("a: [unclosed\n") == {}

@@ -213,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         client.ClientError,
         RunError,
     ) as exc:
-        print(f"testbed: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines() or [""]:  # a scenario may hold several mistakes
+            print(f"testbed: {line}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("testbed: interrupted", file=sys.stderr)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,19 +43,58 @@ from testbed.scenario.schema import (
 from topologies import Fabric, TopologyError
 
 
-class ScenarioError(ValueError):
-    """A scenario is invalid. `str()` is one line: ``[file: ]key.path: reason``."""
+@dataclass(frozen=True)
+class Issue:
+    """One mistake: the key path, the reason, and where in the file (1-based) when known."""
 
-    def __init__(self, path: str, reason: str, source: str | None = None) -> None:
-        self.path = path
-        self.reason = reason
+    path: str
+    reason: str
+    line: int | None = None
+    col: int | None = None
+
+    def text(self, source: str | None) -> str:
+        where = ""
+        if source and self.line is not None:
+            where = f"{source}:{self.line}:{self.col}: "
+        elif source:
+            where = f"{source}: "
+        return f"{where}{self.path}: {self.reason}" if self.path else f"{where}{self.reason}"
+
+
+class ScenarioError(ValueError):
+    """A scenario is invalid. `str()` is one line per mistake found, each
+    ``[file:line:col: ]key.path: reason``; `path` and `reason` are the first mistake's."""
+
+    def __init__(
+        self,
+        path: str,
+        reason: str,
+        source: str | None = None,
+        issues: Sequence[Issue] | None = None,
+    ) -> None:
+        self.issues = list(issues) if issues else [Issue(path, reason)]
+        self.path, self.reason = self.issues[0].path, self.issues[0].reason
         self.source = source
-        head = f"{source}: " if source else ""
-        super().__init__(f"{head}{path}: {reason}" if path else f"{head}{reason}")
+        super().__init__("\n".join(i.text(source) for i in self.issues))
+
+    def located(self, source: str, positions: Mapping[tuple, tuple[int, int]]) -> ScenarioError:
+        """The same mistakes, named in file `source` at their line and column."""
+        issues = [Issue(i.path, i.reason, *_position_of(i.path, positions)) for i in self.issues]
+        issues.sort(key=lambda i: (i.line is None, i.line or 0, i.col or 0))  # the file's order
+        return ScenarioError(issues[0].path, issues[0].reason, source, issues)
+
+
+def _collect(issues: list[Issue], check: Callable[[], None]) -> None:
+    """Run one independent check; a mistake it finds is noted and checking goes on."""
+    try:
+        check()
+    except ScenarioError as exc:
+        issues.extend(exc.issues)
 
 
 def load_scenario(path: str | Path) -> Scenario:
-    """Read and fully validate a scenario file; raise one ScenarioError naming file and key."""
+    """Read and fully validate a scenario file; raise one ScenarioError naming every mistake
+    found, each with its file, line, column and key path."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -63,23 +104,27 @@ def load_scenario(path: str | Path) -> Scenario:
         data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "yaml"
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ScenarioError(where, problem, str(path)) from None
+        if mark is None:
+            raise ScenarioError("yaml", problem, str(path)) from None
+        issue = Issue("yaml", problem, mark.line + 1, mark.column + 1)
+        raise ScenarioError("yaml", problem, str(path), [issue]) from None
     try:
         return validate(data)
     except ScenarioError as exc:
-        raise ScenarioError(exc.path, exc.reason, str(path)) from None
+        raise exc.located(str(path), key_positions(text)) from None
 
 
 def validate(data: Any) -> Scenario:
-    """Validate a parsed scenario (a dict); raise one ScenarioError naming the key path."""
+    """Validate a parsed scenario (a dict); raise one ScenarioError naming every mistake found:
+    all shape mistakes at once, or, when the shape is right, every meaning check that fails."""
     if not isinstance(data, dict):
         raise ScenarioError("", f"a scenario must be a mapping of keys, got {type(data).__name__}")
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
-        raise _first_error(exc, data) from None
+        issues = _shape_issues(exc, data)
+        raise ScenarioError(issues[0].path, issues[0].reason, issues=issues) from None
     _check_meaning(scenario)
     return scenario
 
@@ -118,30 +163,51 @@ def _strip_tags(loc: tuple) -> tuple:
     return loc
 
 
-def _first_error(exc: ValidationError, data: dict) -> ScenarioError:
+def _shape_issues(exc: ValidationError, data: dict) -> list[Issue]:
+    """Every shape mistake, one issue each, in the file's order of keys."""
     errors = exc.errors(include_url=False)
-    # A misspelt key usually also makes a required one "missing"; the misspelling is the cause.
-    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-    kind, loc, value = err["type"], _strip_tags(tuple(err["loc"])), err.get("input")
+    # A misspelt key also makes the key it should have been "missing": the misspelling is the
+    # cause, so a "required" beside an unknown key of the same mapping is not repeated.
+    misspelt_in = {
+        _strip_tags(tuple(e["loc"]))[:-1] for e in errors if e["type"] == "extra_forbidden"
+    }
+    issues: list[Issue] = []
+    for err in errors:
+        loc = _strip_tags(tuple(err["loc"]))
+        if err["type"] == "missing" and loc[:-1] in misspelt_in:
+            continue
+        issue = _issue_of(err, loc, data)
+        if issue not in issues:
+            issues.append(issue)
+    return issues
+
+
+def _issue_of(err: Any, loc: tuple, data: dict) -> Issue:
+    kind, value = err["type"], err.get("input")
     path = format_loc(loc)
     if kind == "extra_forbidden":
-        return ScenarioError(path, "unknown key" + _did_you_mean(loc, data))
+        return Issue(path, "unknown key" + _did_you_mean(loc, data))
     if kind == "missing":
-        return ScenarioError(path, "required")
+        return Issue(path, "required")
     if kind == "union_tag_invalid":
         field = "kind" if loc[0] == "workload" else "action"
         allowed = WORKLOAD_KINDS if field == "kind" else ACTIONS
-        return ScenarioError(
+        return Issue(
             f"{path}.{field}",
             f"unknown {field} {_tag_value(value, field)!r} (one of {', '.join(allowed)})",
         )
     if kind == "union_tag_not_found":
         field = "kind" if loc[0] == "workload" else "action"
-        return ScenarioError(f"{path}.{field}", "required")
+        # No tag, so no model to name the unknown keys: a key that looks like the tag is the
+        # likelier mistake (`acton:`) than a tag that was left out.
+        typo = difflib.get_close_matches(field, [str(k) for k in (value or {})], n=1)
+        if isinstance(value, dict) and typo:
+            return Issue(f"{path}.{typo[0]}", f"unknown key (did you mean {field!r}?)")
+        return Issue(f"{path}.{field}", "required")
     if kind == "literal_error" and loc[:1] == ("transport",):
         where = "transport" if isinstance(data.get("transport"), str) else path
-        return ScenarioError(where, f"unknown transport {value!r} (one of {', '.join(TRANSPORTS)})")
-    return ScenarioError(path, reason_of(err))
+        return Issue(where, f"unknown transport {value!r} (one of {', '.join(TRANSPORTS)})")
+    return Issue(path, reason_of(err))
 
 
 def _tag_value(value: Any, field: str) -> Any:
@@ -172,12 +238,24 @@ def _fields_of(parent: tuple, node: Any) -> list[str]:
 
 
 def _check_meaning(sc: Scenario) -> None:
-    """Everything the schema cannot know: names, adjacency, times, and sensible expectations."""
+    """Everything the schema cannot know: names, adjacency, times, and sensible expectations.
+    Independent checks (the workload, each event, each expectation) all run; every mistake
+    found is reported. Only a topology that cannot be built stops the rest, which need it."""
     try:
         fabric = sc.fabric()
     except TopologyError as exc:
         key, _, reason = str(exc).partition(": ")
         raise ScenarioError(f"topology.{key}", reason) from None
+    issues: list[Issue] = []
+    _collect(issues, lambda: _check_workload(sc, fabric))
+    for i, event in enumerate(sc.events):
+        _collect(issues, lambda i=i, event=event: _check_event(f"events[{i}]", event, sc, fabric))
+    _collect(issues, lambda: _check_expect(sc))
+    if issues:
+        raise ScenarioError(issues[0].path, issues[0].reason, issues=issues)
+
+
+def _check_workload(sc: Scenario, fabric: Fabric) -> None:
     hosts = fabric.hosts()
     w = sc.workload
     try:
@@ -189,15 +267,20 @@ def _check_meaning(sc: Scenario) -> None:
     if len(hosts) < 2:
         raise ScenarioError("topology.hosts_per_leaf", "a workload needs at least two hosts")
 
-    for i, event in enumerate(sc.events):
-        _check_event(f"events[{i}]", event, sc, fabric)
 
+def _check_expect(sc: Scenario) -> None:
+    issues: list[Issue] = []
+    w = sc.workload
     if sc.expect.max_p100_over_p50 is not None and not isinstance(w, AllreduceWorkload):
-        raise ScenarioError(
-            "expect.max_p100_over_p50", f"needs step times; the {w.kind} workload has no steps"
+        issues.append(
+            Issue(
+                "expect.max_p100_over_p50", f"needs step times; the {w.kind} workload has no steps"
+            )
         )
     if sc.expect.max_failover_ms is not None and not any(e.is_failure for e in sc.events):
-        raise ScenarioError("expect.max_failover_ms", "the timeline has no failure event")
+        issues.append(Issue("expect.max_failover_ms", "the timeline has no failure event"))
+    if issues:
+        raise ScenarioError(issues[0].path, issues[0].reason, issues=issues)
 
 
 def _check_event(path: str, event: Event, sc: Scenario, fabric: Fabric) -> None:
@@ -247,3 +330,45 @@ def _plane_hint(name: str, sc: Scenario) -> str:
     if planes > 1 and re.fullmatch(r"(leaf|spine)\d+", name):
         return f" (with {planes} planes switch names end in p1..p{planes}, e.g. {name}p1)"
     return ""
+
+
+# ----- where a key is in the file ----------------------------------------------------------------
+
+
+def key_positions(text: str) -> dict[tuple, tuple[int, int]]:
+    """(line, column), 1-based, of every key and list item of a YAML document, by key path:
+    ``("events", 2, "link")`` -> where ``link:`` is written in the third event."""
+    positions: dict[tuple, tuple[int, int]] = {}
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return positions
+
+    def walk(node: yaml.Node, path: tuple) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                key = path + (key_node.value,)
+                positions[key] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+                walk(value_node, key)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                positions[path + (i,)] = (item.start_mark.line + 1, item.start_mark.column + 1)
+                walk(item, path + (i,))
+
+    if root is not None:
+        positions[()] = (root.start_mark.line + 1, root.start_mark.column + 1)
+        walk(root, ())
+    return positions
+
+
+_PATH_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def _position_of(path: str, positions: Mapping[tuple, tuple[int, int]]) -> tuple[int, int] | tuple:
+    """Where `path` (``events[2].link``) is written; for a missing key, where its mapping is."""
+    if not positions:
+        return ()
+    parts: tuple = tuple(int(index) if index else name for name, index in _PATH_PART.findall(path))
+    while parts not in positions and parts:
+        parts = parts[:-1]
+    return positions.get(parts, ())
