@@ -19,6 +19,7 @@ from endpoint.transport import Endpoint
 from endpoint.wire import BTH, MRCData
 from endpoint.workloads import Job
 from testbed.harness.endpoints import fabric_endpoint_config
+from tests.conftest import drive_jobs
 from topologies import leaf_spine
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,19 +91,8 @@ def test_endpoints_mark_and_understand_the_configured_dscps_on_simnet() -> None:
     net.inject = spy
     for j in jobs.values():
         j.go(net.now)
-
-    def done() -> bool:
-        for h, ep in eps.items():
-            for d in ep.take_deliveries():
-                jobs[h].on_delivery(d)
-            for c in ep.take_completions():
-                jobs[h].on_completion(c)
-        return all(j.done for j in jobs.values())
-
-    ok = False
-    while not ok and net.now < 5.0:
-        ok = net.run(net.now + 0.002, stop=done)
-    assert ok and jobs["h1"].status()["received_bytes"] == 3 * 400_000
+    assert drive_jobs(net, eps, jobs, until=5.0)
+    assert jobs["h1"].status()["received_bytes"] == 3 * 400_000
     assert set(seen) == {cfg.tos_data, cfg.tos_control}, seen
     assert net.counters["trim_queue"] > 0
     trimmed_rx = sum(c.stats.counters["trimmed_rx"] for c in eps["h1"].connections.values())

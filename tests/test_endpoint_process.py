@@ -38,6 +38,7 @@ from endpoint.workloads import (
     parse_message,
     parse_size,
 )
+from tests.conftest import drive_jobs
 
 ROOT = Path(__file__).resolve().parent.parent
 HOSTS4 = ["h1", "h2", "h3", "h4"]
@@ -58,20 +59,7 @@ def run_jobs(spec: dict, hosts: list[str], until: float = 5.0, bottleneck=None, 
     jobs = {h: Job(1, spec, h, hosts, eps[h], cfg, emit=records.append) for h in hosts}
     for j in jobs.values():
         j.go(net.now)
-
-    def done() -> bool:
-        for h, ep in eps.items():
-            for d in ep.take_deliveries():
-                jobs[h].on_delivery(d)
-            for c in ep.take_completions():
-                jobs[h].on_completion(c)
-        return all(j.done for j in jobs.values())
-
-    ok = False
-    # Short slices: SimNet.run polls the endpoints first, so messages a job posts from a
-    # delivery go out at the start of the next slice.
-    while not ok and net.now < until:
-        ok = net.run(min(until, net.now + 0.002), stop=done)
+    ok = drive_jobs(net, eps, jobs, until)
     return ok, net.now, jobs, records
 
 
@@ -174,19 +162,7 @@ def test_allreduce_survives_loss_and_blackholed_evs():
     jobs = {h: Job(1, net_spec, h, HOSTS4, eps[h], cfg, emit=records.append) for h in HOSTS4}
     for j in jobs.values():
         j.go(0.0)
-
-    def done():
-        for h, ep in eps.items():
-            for d in ep.take_deliveries():
-                jobs[h].on_delivery(d)
-            for c in ep.take_completions():
-                jobs[h].on_completion(c)
-        return all(j.done for j in jobs.values())
-
-    ok = False
-    while not ok and net.now < 10:
-        ok = net.run(net.now + 0.002, stop=done)
-    assert ok
+    assert drive_jobs(net, eps, jobs, until=10.0)
     assert all(j.status()["bad_messages"] == 0 for j in jobs.values())
 
 
