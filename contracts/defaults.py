@@ -22,6 +22,14 @@ TRIMMING = True
 """Trim trimmable data when the data queue is full (False: drop it, like a plain switch)."""
 PRIO_QUEUE_HEADERS = 64
 """The priority queue holds at least this many trimmed headers (or the data queue's bytes)."""
+ECMP_HASHES = ("mixed", "crc")
+"""How flows become paths (docs/fabric.md, "ECMP hash"). `mixed`: as real fabrics -- each
+switch mixes its CRC with a finaliser, and each connection of a hashed transport draws its UDP
+source port (EV base) from the run's seed, as a RoCE NIC does per QP; collisions then follow
+balls into bins. `crc`: the linear CRC alone and fixed source ports: structured, repeatable
+spreads (a permutation of structured addresses lands perfectly, or all on one uplink)."""
+ECMP_HASH = "mixed"
+"""The realistic model; labs that teach the structured one ask for `crc` explicitly."""
 
 
 def ecn_threshold_kb(queue_kb: float, ecn_kb: float | None = None) -> float:

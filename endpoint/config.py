@@ -9,7 +9,8 @@ hardware; docs/transport.md explains each one.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from collections.abc import Hashable
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from contracts.dscp import (
@@ -21,6 +22,25 @@ from contracts.dscp import (
     tos,
 )
 from endpoint.psn import MAX_WINDOW
+
+# RoCEv2 (IBTA Annex A17) takes a QP's UDP source port, its entropy, from 0xC000-0xFFFF.
+SPORT_MIN = 0xC000
+SPORT_END = 0x10000
+
+
+def connection_ev_base(seed: int, src: Hashable, dst: Hashable, qp: int, num_evs: int) -> int:
+    """The first EV (UDP source port) of QP `qp` from `src` to `dst`, drawn as a RoCE NIC draws a
+    QP's source port: a pseudo-random value from the RoCEv2 range, here seeded by the run's seed
+    and the connection, so that a run repeats its paths and another seed collides elsewhere.
+
+    Why not one fixed base for every connection: with a linear (CRC) switch hash, one port on
+    structured addresses spreads flows *perfectly* (or all onto one uplink), which no real fabric
+    does; and with any hash, every run of a seed would put the same flows together. Both ends of
+    a connection compute the other's base (the reply EVs of "paired" replies are the sender's).
+    String seeds of `random.Random` are hashed with SHA-512: the same in every process.
+    """
+    rng = random.Random(f"ev-base:{seed}:{src}>{dst}:{qp}")
+    return rng.randrange(SPORT_MIN, SPORT_END - num_evs + 1)
 
 
 class Mode(str, Enum):
@@ -35,7 +55,10 @@ class Mode(str, Enum):
 class TransportConfig:
     mode: Mode = Mode.MRC
     num_evs: int = 64  # EVs per connection, 1..256
-    ev_base: int = 49152  # EV i is UDP source port ev_base + i
+    ev_base: int = SPORT_MIN  # EV i is UDP source port ev_base + i
+    # None: every connection's EVs start at ev_base. A number: each connection draws its own
+    # base from it and the connection (connection_ev_base; `for_connection`), as RoCE NICs do.
+    ev_seed: int | None = None
     planes: int = 1  # EV i uses plane i % planes
     single_path_ev_index: int = 0  # which of the EVs single-path mode uses
     max_payload: int = 1400  # bytes of message per packet (1494 B frames)
@@ -101,6 +124,10 @@ class TransportConfig:
             raise ValueError(f"planes must be 1..num_evs, got {self.planes}")
         if not (0 < self.ev_base and self.ev_base + self.num_evs <= 65536):
             raise ValueError("EVs must be valid UDP source ports")
+        if self.ev_seed is not None and (
+            isinstance(self.ev_seed, bool) or not isinstance(self.ev_seed, int)
+        ):
+            raise ValueError(f"ev_seed must be an integer or None, got {self.ev_seed!r}")
         if not 0 <= self.single_path_ev_index < self.num_evs:
             raise ValueError("single_path_ev_index out of range")
         if not 1 <= self.max_payload <= 9000:
@@ -137,14 +164,22 @@ class TransportConfig:
     def ev_values(self) -> list[int]:
         return [self.ev_base + i for i in range(self.num_evs)]
 
+    def for_connection(self, src: Hashable, dst: Hashable, qp: int) -> TransportConfig:
+        """This config as QP `qp` from `src` to `dst` uses it: with `ev_seed`, its own EV base
+        (and no seed left, so that it is resolved once); without, unchanged."""
+        if self.ev_seed is None:
+            return self
+        base = connection_ev_base(self.ev_seed, src, dst, qp, self.num_evs)
+        return replace(self, ev_base=base, ev_seed=None)
+
     def reply_pairs(self) -> dict[int, int]:
         """EV of a packet -> EV of its reply: a fixed shuffle of the EVs of each plane.
 
-        Not the identity: ECMP hashes are CRCs, which are linear, so the forward hash of
-        (A, B, e) and the reverse hash of (B, A, e) differ by a constant that does not depend on
-        e. Replying on e itself ties every EV of a host pair to the same reverse choice: on the
-        2-spine fabric every round trip of a pair crossed both spines, and one dead spine link
-        retired all 64 EVs (seen in silent-blackhole). A shuffle is not linear, so the reverse
+        Not the identity: the fabric's hash may be the linear CRC (`ecmp_hash: crc`), and then
+        the forward hash of (A, B, e) and the reverse hash of (B, A, e) differ by a constant that
+        does not depend on e. Replying on e itself tied every EV of a host pair to the same
+        reverse choice: on the 2-spine fabric every round trip of a pair crossed both spines,
+        and one dead spine link retired all 64 EVs (seen in silent-blackhole). A shuffle is not linear, so the reverse
         choice is independent of the forward one, as in a real fabric with many paths; keeping
         the plane keeps a round trip on one plane, so a plane failure retires only its own EVs.
         """

@@ -499,6 +499,9 @@ class EndpointProcess:
                 "mode": tcfg.mode.value,
                 "evs": tcfg.num_evs,
                 "ev_base": tcfg.ev_base,
+                "ev_seed": tcfg.ev_seed,
+                # Each connection's first EV (its UDP source port in single-path mode).
+                "ev_bases": {peer: conn.cfg.ev_base for peer, conn in job.conns.items()},
                 "planes": tcfg.planes,
                 "peers": list(job.conns),
             }

@@ -10,7 +10,7 @@ overlap. Only then: mark PSN, place bytes, ACK, and on completion verify the mes
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from contracts.dscp import ECN_CE
 from endpoint import codec
@@ -52,6 +52,7 @@ class Receiver:
         start_psn: int,
         stats: ConnectionStats,
         first_msg_id: int = 0,
+        peer_ev_base: int | None = None,
     ) -> None:
         self.cfg = cfg
         self.local_qp = local_qp
@@ -78,9 +79,14 @@ class Receiver:
         # instead of silently eating a share of the ACKs -- sprayed replies lost a message's
         # last ACK half the time during a spine-link blackhole, an RTO per message for the
         # whole failure. Single-path (RC) replies on the data's own EV.
+        # The data arrives on the *peer's* EVs (each side of a connection may have its own base,
+        # TransportConfig.for_connection): paired and single-path replies leave on those, spray
+        # replies on this side's own. `reply_base` is EV index 0 of the replies, for their plane.
         self._spray_replies = cfg.reply_ev == "spray" and not self.go_back_n
-        self._pairs = {} if self.go_back_n or self._spray_replies else cfg.reply_pairs()
+        peer = cfg if peer_ev_base is None else replace(cfg, ev_base=peer_ev_base, ev_seed=None)
+        self._pairs = {} if self.go_back_n or self._spray_replies else peer.reply_pairs()
         self._reply_evs = cfg.ev_values()
+        self.reply_base = cfg.ev_base if self._spray_replies else peer.ev_base
         self._reply_next = 0
         self._trimmed_dscp = cfg.trimmed_dscp  # the fabric's: a switch re-marked the packet
         self._tos_control = cfg.tos_control

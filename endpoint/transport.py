@@ -49,6 +49,7 @@ class Connection:
         peer: Hashable,
         send_psn: int = 0,
         recv_psn: int = 0,
+        peer_ev_base: int | None = None,
     ) -> None:
         self.cfg = cfg
         self.local_qp = local_qp
@@ -57,7 +58,9 @@ class Connection:
         self.stats = ConnectionStats()
         self.stats.rtt_samples = type(self.stats.rtt_samples)(maxlen=cfg.rtt_samples_kept)
         self.sender = Sender(cfg, local_qp, remote_qp, send_psn, self.stats)
-        self.receiver = Receiver(cfg, local_qp, remote_qp, recv_psn, self.stats)
+        self.receiver = Receiver(
+            cfg, local_qp, remote_qp, recv_psn, self.stats, peer_ev_base=peer_ev_base
+        )
         self._ctrl: list[tuple[int, bytes, int]] = []  # (ev, payload, tos) replies to send
 
     def send(self, data: bytes, now: float) -> int:
@@ -79,7 +82,7 @@ class Connection:
     def poll_transmit(self, now: float, out: list[Transmit], limit: int | None = None) -> int:
         """Append this QP's packets to `out`; returns how many were data (at most `limit`)."""
         planes = self.cfg.planes
-        base = self.cfg.ev_base
+        base = self.receiver.reply_base
         for ev, payload, tos in self._ctrl:
             # Replies leave on the EV they answer; its plane follows from the EV index.
             out.append(Transmit(self.peer, (ev - base) % planes, ev, payload, tos, self.local_qp))
@@ -135,13 +138,17 @@ class Endpoint:
         send_psn: int = 0,
         recv_psn: int = 0,
         cfg: TransportConfig | None = None,
+        peer_ev_base: int | None = None,
     ) -> Connection:
-        """Create a QP. Both ends must agree: my send_psn is the peer's recv_psn."""
+        """Create a QP. Both ends must agree: my send_psn is the peer's recv_psn, and
+        `peer_ev_base` (None: the same as mine) is the peer's `cfg.ev_base` for this QP pair."""
         if not 0 <= local_qp < 1 << 24 or not 0 <= remote_qp < 1 << 24:
             raise ValueError("QP numbers are 24-bit")
         if local_qp in self.connections:
             raise ValueError(f"QP {local_qp} exists")
-        conn = Connection(cfg or self.cfg, local_qp, remote_qp, peer, send_psn, recv_psn)
+        conn = Connection(
+            cfg or self.cfg, local_qp, remote_qp, peer, send_psn, recv_psn, peer_ev_base
+        )
         self.connections[local_qp] = conn
         return conn
 

@@ -497,13 +497,17 @@ class Job:
         for peer in self.role.peers:
             pi = hosts.index(peer) + 1
             local_qp = qp_number(job_id, pi)
+            remote_qp = qp_number(job_id, self.index)
+            # With cfg.ev_seed each direction draws its own EV base, as each QP of a RoCE
+            # connection picks its own source port; both ends compute both (nothing exchanged).
             conn = endpoint.connect(
                 local_qp,
-                qp_number(job_id, self.index),
+                remote_qp,
                 peer,
                 send_psn=initial_psn(job_id, host, peer),
                 recv_psn=initial_psn(job_id, peer, host),
-                cfg=cfg,
+                cfg=cfg.for_connection(host, peer, local_qp),
+                peer_ev_base=cfg.for_connection(peer, host, remote_qp).ev_base,
             )
             self.conns[peer] = conn
             self.peer_of_qp[local_qp] = peer

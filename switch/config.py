@@ -12,7 +12,7 @@ import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from contracts.defaults import TRIM_BYTES, TRIMMING
+from contracts.defaults import ECMP_HASH, TRIM_BYTES, TRIMMING
 from contracts.dscp import CONTROL_DSCP, TRIMMABLE_DSCP, TRIMMED_DSCP
 from topologies import Fabric
 
@@ -47,6 +47,7 @@ class SwitchConfig:
     trimmable_dscp: int = TRIMMABLE_DSCP
     trimmed_dscp: int = TRIMMED_DSCP
     control_dscp: int = CONTROL_DSCP
+    ecmp_hash: str = ECMP_HASH  # "mixed" or "crc" (switch.fib.Fib.flow_hash)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -66,7 +67,8 @@ class SwitchConfig:
 
 
 def switch_config(fabric: Fabric, name: str, seed: int = 1) -> SwitchConfig:
-    """The config of switch `name`; the ECMP seed differs per switch to avoid hash polarisation."""
+    """The config of switch `name`; the ECMP seed differs per switch to avoid hash polarisation
+    (with the `mixed` hash; the `crc` one only permutes every flow's bucket alike)."""
     p = fabric.params
     node = fabric.nodes[name]
     links = {(lk.a, lk.a_intf): lk for lk in fabric.links} | {
@@ -102,4 +104,5 @@ def switch_config(fabric: Fabric, name: str, seed: int = 1) -> SwitchConfig:
         trimmable_dscp=p.trimmable_dscp,
         trimmed_dscp=p.trimmed_dscp,
         control_dscp=p.control_dscp,
+        ecmp_hash=p.ecmp_hash,
     )

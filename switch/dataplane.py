@@ -17,7 +17,7 @@ from zlib import crc32
 from contracts.defaults import prio_limit_bytes
 from switch import fastpath, frames
 from switch.config import SwitchConfig
-from switch.fib import BUCKET_MASK, Fib
+from switch.fib import BUCKET_MASK, MIX_C1, MIX_C2, Fib
 from switch.port import Port
 from switch.queueing import TrimmingQueue, decision_from_env
 
@@ -85,6 +85,7 @@ class Switch:
                 for e in config.fib
             ],
             seed=config.seed,
+            ecmp_hash=config.ecmp_hash,
         )
         self.up = True
         self.drops: dict[str, int] = {}
@@ -106,6 +107,7 @@ class Switch:
         self.tcp_flows: dict[int, tuple] = {}
         self.tx_rings = fastpath.tx_rings(self.io)
         self._seed = self.fib.seed
+        self._mixed = self.fib.mixed
         self.fast = True
         self.running = True
 
@@ -138,6 +140,7 @@ class Switch:
             return
         cache_get = self._route_cache.get
         seed = self._seed
+        mixed = self._mixed
         ports = self.ports
         nbytes = 0
         for frame in batch:
@@ -163,7 +166,14 @@ class Switch:
             else:
                 proto = frame[23]
                 if proto == 17 or proto == 6:
-                    out_index, l2 = route.table[crc32(frame[26:38], seed ^ proto) & BUCKET_MASK]
+                    h = crc32(frame[26:38], seed ^ proto)
+                    if mixed:  # switch.fib.mix32, inline: a call costs as much as its body
+                        h ^= h >> 16
+                        h = h * MIX_C1 & 0xFFFFFFFF
+                        h ^= h >> 13
+                        h = h * MIX_C2 & 0xFFFFFFFF
+                        h ^= h >> 16
+                    out_index, l2 = route.table[h & BUCKET_MASK]
                 else:
                     out_index, l2 = route.table[self.fib.flow_hash(frame) & BUCKET_MASK]
             # TTL - 1; the checksum rises by 0x0100 (RFC 1624; 0xFEFF -> 0x0000, as a recompute).

@@ -34,7 +34,7 @@ from __future__ import annotations
 import os
 from zlib import crc32
 
-from switch.fib import BUCKET_MASK
+from switch.fib import BUCKET_MASK, mix32
 from switch.port import CATCH_UP_S, EARLY_S
 from switch.ring import (
     TP_STATUS_AVAILABLE,
@@ -88,7 +88,9 @@ def _decide(sw, h: int, key, proto: int, flows: dict | None) -> tuple | None:
     if len(live) == 1:
         out_index, l2 = live[0]
     elif flows is not None:
-        out_index, l2 = route.table[crc32(key.to_bytes(12, "big"), sw._seed ^ proto) & BUCKET_MASK]
+        # Once per flow (the answer is cached below), so the finaliser may be a call.
+        h = crc32(key.to_bytes(12, "big"), sw._seed ^ proto)
+        out_index, l2 = route.table[(mix32(h) if sw._mixed else h) & BUCKET_MASK]
     else:
         out_index, l2 = route.table[sw.fib.flow_hash(key) & BUCKET_MASK]
     hop = (sw.ports[out_index], _from_bytes(l2, "big") << 176, sw.tx_rings[out_index])

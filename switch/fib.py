@@ -12,9 +12,31 @@ import ipaddress
 import zlib
 from dataclasses import dataclass, field
 
+from contracts.defaults import ECMP_HASH, ECMP_HASHES
+
 _ROUTE_CACHE_MAX = 65536
 BUCKETS = 256  # resilient-hash table size per ECMP group (a multiple of 1..8 members' LCM-ish)
 BUCKET_MASK = BUCKETS - 1
+# murmur3's fmix32 multipliers (Appledore): odd, with well-spread bits, so that every input bit
+# reaches the low byte that names a bucket.
+MIX_C1 = 0x85EBCA6B
+MIX_C2 = 0xC2B2AE35
+
+
+def mix32(h: int) -> int:
+    """murmur3's 32-bit finaliser: a bijection whose every output bit depends on every input bit.
+
+    Why: a CRC is linear over GF(2), so flows whose 5-tuples differ in the same bits keep the
+    same difference in their hash, and structured addresses with one source port each spread
+    *perfectly* over the uplinks (or all onto one): a 4x4x4 permutation put exactly one flow on
+    each spine. Real switch hashes mix their input; after this, collisions follow balls into
+    bins. The fast paths (switch/dataplane.py, switch/fastpath.py) inline the same five lines.
+    """
+    h ^= h >> 16
+    h = h * MIX_C1 & 0xFFFFFFFF
+    h ^= h >> 13
+    h = h * MIX_C2 & 0xFFFFFFFF
+    return h ^ h >> 16
 
 
 @dataclass
@@ -63,7 +85,14 @@ class Fib:
     lookup; ECMP membership changes mutate the Route in place and need no cache flush.
     """
 
-    def __init__(self, entries: list[tuple[str, list[tuple[int, bytes]]]], seed: int = 0) -> None:
+    def __init__(
+        self,
+        entries: list[tuple[str, list[tuple[int, bytes]]]],
+        seed: int = 0,
+        ecmp_hash: str = ECMP_HASH,
+    ) -> None:
+        if ecmp_hash not in ECMP_HASHES:
+            raise ValueError(f"ecmp_hash: one of {', '.join(ECMP_HASHES)}, got {ecmp_hash!r}")
         self._tables: dict[int, dict[int, Route]] = {}
         self.routes: list[Route] = []
         for prefix, hops in entries:
@@ -76,6 +105,7 @@ class Fib:
         self._masks = {n: (0xFFFFFFFF << (32 - n)) & 0xFFFFFFFF for n in self._lengths}
         self._cache: dict[bytes, Route | None] = {}
         self.seed = seed & 0xFFFFFFFF
+        self.mixed = ecmp_hash == "mixed"
 
     def lookup(self, dst: bytes) -> Route | None:
         """Route for 4-byte destination `dst`, or None (no route)."""
@@ -95,11 +125,19 @@ class Fib:
         return found
 
     def flow_hash(self, frame: bytes | bytearray | memoryview) -> int:
-        """Hash of (proto, src, dst, sport, dport): the UDP source port (EV) picks the path."""
+        """Hash of (proto, src, dst, sport, dport): the UDP source port (EV) picks the path.
+
+        CRC32 of the addresses and ports with the initial value seed ^ proto; with `mixed` (the
+        default), then `mix32`. A CRC's initial value only XORs a constant into the result, so
+        the mixed hash is the finaliser of (plain CRC ^ a per-switch constant): each switch
+        mixes differently, and two switches' choices are independent (no polarisation).
+        """
         proto = frame[23]
         if proto == 6 or proto == 17:
-            return zlib.crc32(frame[26:38], self.seed ^ proto)
-        return zlib.crc32(frame[26:34], self.seed ^ proto)
+            h = zlib.crc32(frame[26:38], self.seed ^ proto)
+        else:
+            h = zlib.crc32(frame[26:34], self.seed ^ proto)
+        return mix32(h) if self.mixed else h
 
     def set_port_state(self, port: int, up: bool, ports_up: list[bool]) -> None:
         """Recompute live members of every group after a carrier change on `port`."""

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from endpoint import udp_io as dio
+from endpoint.codec import DataPacket
 from endpoint.config import TransportConfig
 from endpoint.control import ControlClient, ControlError, Coordinator, LineBuffer, parse_request
 from endpoint.metrics import DeliveryBins, MetricsWriter, placed_samples, read_records
@@ -164,6 +165,53 @@ def test_allreduce_survives_loss_and_blackholed_evs():
         j.go(0.0)
     assert drive_jobs(net, eps, jobs, until=10.0)
     assert all(j.status()["bad_messages"] == 0 for j in jobs.values())
+
+
+@pytest.mark.parametrize(
+    "mode,reply_ev", [("mrc", "paired"), ("mrc", "spray"), ("single-path", "paired")]
+)
+def test_per_connection_ev_bases_deliver_and_replies_use_the_right_evs(mode, reply_ev):
+    """With ev_seed every QP draws its own EV base, as RoCE NICs pick a source port per QP;
+    each end computes the other's, so paired (and single-path) replies leave on the data
+    sender's EVs and sprayed replies on the replier's own, and everything still arrives."""
+    from endpoint import codec
+    from endpoint.workloads import qp_number
+
+    cfg = TransportConfig(mode=mode, reply_ev=reply_ev, ev_seed=7)
+    net = SimNet(seed=2)
+    eps = {h: net.add_endpoint(h, Endpoint(cfg)) for h in HOSTS4}
+    seen: list[tuple[str, str, int, bool]] = []
+    inject = net.inject
+
+    def recording(src, tx):
+        seen.append((src, tx.peer, tx.ev, isinstance(codec.decode(tx.payload), DataPacket)))
+        inject(src, tx)
+
+    net.inject = recording
+    spec = {"kind": "permutation", "bytes": "200KB"}
+    jobs = {h: Job(1, spec, h, HOSTS4, eps[h], cfg) for h in HOSTS4}
+    for j in jobs.values():
+        j.go(0.0)
+    assert drive_jobs(net, eps, jobs, until=5.0)
+
+    def evs(src: str, dst: str) -> set[int]:
+        own = cfg.for_connection(src, dst, qp_number(1, HOSTS4.index(dst) + 1))
+        return set(own.ev_values())
+
+    bases = {min(evs(a, b)) for a in HOSTS4 for b in HOSTS4 if a != b}
+    assert len(bases) == 12, "every direction of every connection draws its own base"
+    data = {(s, d) for s, d, _, is_data in seen if is_data}
+    assert data
+    for src, dst, ev, is_data in seen:
+        if is_data:
+            assert ev in evs(src, dst), f"{src}->{dst} data on EV {ev}"
+        elif (dst, src) in data:  # a reply to dst's data
+            want = evs(src, dst) if reply_ev == "spray" and mode == "mrc" else evs(dst, src)
+            assert ev in want, f"{src}->{dst} reply on EV {ev}"
+    if mode == "single-path":  # one source port per connection: its base, EV index 0
+        for pair in data:
+            used = {ev for s, d, ev, is_data in seen if is_data and (s, d) == pair}
+            assert used == {min(evs(*pair))}, pair
 
 
 @pytest.mark.parametrize(

@@ -163,6 +163,43 @@ def test_reply_pairs_keep_each_round_trip_on_one_plane() -> None:
     assert all(planes[e] == planes[r] for e, r in cfg.reply_pairs().items())
 
 
+def test_connection_ev_bases_are_drawn_per_connection_from_the_roce_range() -> None:
+    """As a RoCE NIC picks a source port per QP: in 0xC000-0xFFFF, the whole EV range too,
+    repeatable for a seed, different for another seed, direction or QP."""
+    from endpoint.config import SPORT_MIN, connection_ev_base
+
+    draws = {}
+    for seed in range(50):
+        for src, dst in (("h1", "h2"), ("h2", "h1"), ("h1", "h3")):
+            for qp in (4097, 4098):
+                base = connection_ev_base(seed, src, dst, qp, 64)
+                assert SPORT_MIN <= base and base + 64 <= 65536
+                assert connection_ev_base(seed, src, dst, qp, 64) == base
+                draws[(seed, src, dst, qp)] = base
+    assert len(set(draws.values())) > 0.95 * len(draws)  # 600 draws from 16321 values
+    assert connection_ev_base(1, "h1", "h2", 1, 1) != connection_ev_base(2, "h1", "h2", 1, 1)
+
+
+def test_for_connection_resolves_the_seed_once_and_keeps_everything_else() -> None:
+    cfg = TransportConfig(num_evs=8, planes=2, ev_seed=3)
+    conn = cfg.for_connection("h1", "h2", 4098)
+    assert conn.ev_seed is None and conn.num_evs == 8 and conn.planes == 2
+    assert conn.ev_base != cfg.ev_base
+    assert conn.for_connection("h9", "h8", 1) is conn  # resolved: stays put
+    fixed = TransportConfig()
+    assert fixed.for_connection("h1", "h2", 4098) is fixed  # no seed: every connection alike
+
+
+def test_a_bad_ev_seed_is_refused_by_name() -> None:
+    for bad in ("1", 1.5, True):
+        try:
+            TransportConfig(ev_seed=bad)
+        except ValueError as exc:
+            assert str(exc).startswith("ev_seed must be an integer or None"), exc
+        else:
+            raise AssertionError(f"ev_seed={bad!r} accepted")
+
+
 def _two_packets_sent_apart(gap: float):
     """A Sender with PSN 0 sent at t=0 and PSN 1 sent `gap` later, each on its own EV."""
     from endpoint.sender import Sender

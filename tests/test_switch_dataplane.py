@@ -625,3 +625,48 @@ def test_ecmp_spreads_through_the_switch() -> None:
     where = flows_by_port(sw, ios, n=256)
     hits = Counter(where.values())
     assert set(hits) == set(uplinks(sw)) and min(hits.values()) >= 32
+
+
+@pytest.mark.parametrize("ecmp_hash", ["mixed", "crc"])
+def test_inline_path_slow_path_fib_and_predict_path_agree_on_every_flow(ecmp_hash: str) -> None:
+    """The hash lives in four places -- the inline loop of receive_batch (its own copy of the
+    finaliser), the slow path and Fib.flow_hash, and testbed.fabric.paths.predict_path, which
+    labs and results use to name a flow's spine -- and all four must pick the same uplink."""
+    from testbed.fabric.paths import predict_path
+
+    topo = {"spines": 4, "leaves": 3, "hosts_per_leaf": 2, "link_mbps": 0, "delay_us": 0}
+    fab = fabric(**topo, ecmp_hash=ecmp_hash)
+    inline, ios = make_switch("leaf1", ecmp_hash=ecmp_hash)
+    slow, slow_ios = make_switch("leaf1", ecmp_hash=ecmp_hash)
+    slow.debug_log = object()  # any debug log sends every frame through _receive_slow
+    slow.refresh()
+    slow._debug = lambda *a: None
+    port_of = {h: i.peer_name for h in ("h1", "h2") for i in fab.interfaces[h]}
+    remote = [h for h in fab.hosts() if fab.interfaces[h][0].peer_node != "leaf1"]
+    rng = random.Random(ecmp_hash)
+    for dst in remote:  # the first frame to a destination takes the slow path and caches it
+        rx(inline, "leaf1-eth0", udp_frame(dst=fab.host_ip(dst)))
+    clear(ios)
+
+    def not_inline(*_a) -> None:
+        raise AssertionError("a primed destination left the inline path")
+
+    inline._receive_slow = not_inline
+    spines = Counter()
+    for _ in range(300):
+        src, dst = rng.choice(["h1", "h2"]), rng.choice(remote)
+        sport, dport = rng.randrange(65536), rng.choice([4791, rng.randrange(65536)])
+        proto = rng.choice([17, 17, 6])
+        pkt = IP(src=fab.host_ip(src), dst=fab.host_ip(dst), ttl=64)
+        pkt /= UDP(sport=sport, dport=dport) if proto == 17 else TCP(sport=sport, dport=dport)
+        frame = bytes(Ether(dst=mac_of(inline, port_of[src])) / pkt / b"x")
+        spine = predict_path(fab, src, dst, sport, dport, proto=proto, seed=1)[2]
+        for sw, io in ((inline, ios), (slow, slow_ios)):
+            rx(sw, port_of[src], frame)
+            (out,) = sent(io)
+            assert peer_of(sw, out) == spine, f"{src}->{dst} {proto} {sport}->{dport}"
+            route = sw.fib.lookup(frame[30:34])
+            assert route.table[sw.fib.flow_hash(frame) & 0xFF][0] == sw.port_by_name[out].index
+            clear(io)
+        spines[spine] += 1
+    assert len(spines) == 4

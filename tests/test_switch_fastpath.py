@@ -183,8 +183,9 @@ def impairments(sw: Switch) -> None:
         {"link_mbps": 100},  # shaped, no delay: idle cut-through, else the queue
         {"link_mbps": 10, "queue_kb": 4},  # shaped hard: queues, trims and drops
         {"link_mbps": 100, "delay_us": 20},  # a delay: never direct
+        {"ecmp_hash": "crc"},  # _decide's other hash (the default, mixed, is in the rest)
     ],
-    ids=["unshaped", "100mbps", "10mbps-small-queue", "delay"],
+    ids=["unshaped", "100mbps", "10mbps-small-queue", "delay", "crc-hash"],
 )
 def test_fuzzed_traffic_leaves_both_paths_identically(name, topo) -> None:
     sw, rings = run_both(name, fuzz_script(7, 1200, 6 if name == "leaf1" else 3), **topo)

@@ -49,6 +49,9 @@ class TopologyParams:
     trimmable_dscp: int = TRIMMABLE_DSCP
     trimmed_dscp: int = TRIMMED_DSCP
     control_dscp: int = CONTROL_DSCP
+    # How flows become paths: "mixed" (real fabrics: mixed switch hash, a seeded source port per
+    # connection) or "crc" (linear hash, fixed ports: structured spreads); contracts.defaults.
+    ecmp_hash: str = defaults.ECMP_HASH
 
     def validate(self) -> None:
         """Raise TopologyError naming the first bad parameter."""
@@ -86,6 +89,11 @@ class TopologyParams:
         if self.ecn_kb is not None and not 0 < self.ecn_kb <= self.queue_kb:
             raise TopologyError(
                 f"ecn_kb: must be in (0, queue_kb={self.queue_kb:g}], got {self.ecn_kb}"
+            )
+        if self.ecmp_hash not in defaults.ECMP_HASHES:
+            raise TopologyError(
+                f"ecmp_hash: must be one of {', '.join(defaults.ECMP_HASHES)}, "
+                f"got {self.ecmp_hash!r}"
             )
         if not isinstance(self.trimming, bool):
             raise TopologyError(f"trimming: must be true or false, got {self.trimming!r}")

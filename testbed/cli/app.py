@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from contracts.defaults import ECMP_HASHES
 from contracts.project import __version__
 from testbed.cli import fib
 from testbed.cli.commands import (
@@ -85,6 +86,13 @@ def _fabric_commands(sub, named) -> None:
         type=float,
         default=d.oversubscription,
         help="host/uplink capacity ratio per leaf",
+    )
+    up.add_argument(
+        "--ecmp-hash",
+        choices=ECMP_HASHES,
+        default=d.ecmp_hash,
+        help="mixed: as real switches (CRC then a finaliser); crc: the linear CRC alone, "
+        "structured spreads (docs/fabric.md)",
     )
     up.add_argument("--seed", type=int, default=1, help="ECMP hash seeds derive from it")
     up.add_argument(

@@ -79,9 +79,10 @@ def format_fib(cfg: SwitchConfig, rows: list[FibRow], live_known: bool = True) -
         lines.append(f"  {r.prefix:18} {r.kind:6}  {hops}")
     ecmp = [r for r in rows if r.kind == "ecmp"]
     if ecmp:
+        mixed = ", mixed (fmix32)," if cfg.ecmp_hash == "mixed" else ""
         lines.append(
-            f"  ECMP: {len(ecmp)} groups; a flow's CRC32 of (proto, src, dst, sport, dport) picks "
-            "one live member"
+            f"  ECMP: {len(ecmp)} groups; a flow's CRC32 of (proto, src, dst, sport, dport)"
+            f"{mixed} picks one live member"
         )
     return "\n".join(lines)
 
@@ -89,7 +90,9 @@ def format_fib(cfg: SwitchConfig, rows: list[FibRow], live_known: bool = True) -
 def _fib_of(cfg: SwitchConfig, ports_up: dict[str, bool]) -> Fib:
     index = {p.name: i for i, p in enumerate(cfg.ports)}
     fib = Fib(
-        [(e.prefix, [(index[p], b"") for p, _ in e.next_hops]) for e in cfg.fib], seed=cfg.seed
+        [(e.prefix, [(index[p], b"") for p, _ in e.next_hops]) for e in cfg.fib],
+        seed=cfg.seed,
+        ecmp_hash=cfg.ecmp_hash,
     )
     up = [ports_up.get(p.name, True) for p in cfg.ports]
     for i, ok in enumerate(up):

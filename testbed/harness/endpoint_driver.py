@@ -65,6 +65,19 @@ class LiveBytes:
         return self.total
 
 
+def job_request(sc: Scenario, transport: str) -> dict:
+    """The endpoints' start request for the scenario's job.
+
+    With the `mixed` ECMP model every connection draws its own EV base (UDP source ports) from
+    the run's seed, as RoCE NICs pick a port per QP (`endpoint.config.connection_ev_base`);
+    with `crc` they all start at the fixed base, the structured model labs rely on.
+    """
+    req: dict = {"workload": endpoint_workload(sc), "mode": transport}
+    if sc.topology.ecmp_hash == "mixed":
+        req["transport"] = {"ev_seed": sc.seed}
+    return req
+
+
 def expected_flows(sc: Scenario) -> list[tuple[str, str, int]] | None:
     """(src, dst, bytes) of every flow the workload asks for; None for an all-reduce, whose
     ring hops carry what the steps make them carry."""
@@ -259,9 +272,7 @@ class EndpointDriver:
         self.eps = FabricEndpoints(
             self.name, self.sc.fabric(), self.hosts, pace_mbps=self.sc.topology.link_mbps
         )
-        self.eps.coordinator.start(
-            JOB, {"workload": endpoint_workload(self.sc), "mode": self.transport}
-        )
+        self.eps.coordinator.start(JOB, job_request(self.sc, self.transport))
 
     def go(self) -> float:
         t0 = min(self.eps.coordinator.go(JOB).values())

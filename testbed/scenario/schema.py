@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, Field, PrivateAttr, field_validator
 
+from contracts.defaults import ECMP_HASHES
 from contracts.schema import StrictModel
 from contracts.workloads import (
     WORKLOAD_MODELS,
@@ -84,6 +85,7 @@ class TopologySpec(StrictModel):
     trimming: bool = TopologyParams.trimming
     ecn_kb: float | None = None
     oversubscription: float | None = None
+    ecmp_hash: Literal[ECMP_HASHES] = TopologyParams.ecmp_hash  # type: ignore[valid-type]
 
     def params(self) -> TopologyParams:
         return TopologyParams(**self.model_dump())
