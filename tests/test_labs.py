@@ -177,7 +177,7 @@ def test_lab1_report_writes_its_table_and_plot_from_the_students_code(tmp_path) 
 
     script = ROOT / "labs" / "lab1-static-leaf-spine" / "report.py"
     (tmp_path / "traceroutes.txt").write_text(
-        "sport 50000: 10.1.0.1\nsport 50001: 10.1.0.2\nsport 50004: 10.1.0.3\nsport 50005: *\n"
+        "sport 50000: 10.1.0.1\nsport 50001: 10.1.0.3\nsport 50003: 10.1.0.2\nsport 50005: *\n"
     )
     run = [sys.executable, str(script), "--results", str(tmp_path)]
     solved = subprocess.run(

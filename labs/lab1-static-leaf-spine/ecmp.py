@@ -21,16 +21,33 @@ import zlib  # noqa: F401 - TODO 1 needs it
 BUCKETS = 256  # resilient-hash buckets per ECMP group (switch/fib.py)
 
 
+def mix32(h: int) -> int:
+    """The finaliser the switch applies to its CRC (murmur3's fmix32; given, not a TODO).
+
+    A CRC is linear: flows whose addresses and ports differ in the same bits keep the same
+    difference in their CRC, so structured addresses would spread over the spines in a
+    structured way (perfectly, or all onto one). Real switch hashes mix their input; after these
+    five lines every output bit depends on every input bit, and which flows share a spine looks
+    random -- as in a real fabric.
+    """
+    h ^= h >> 16
+    h = h * 0x85EBCA6B & 0xFFFFFFFF
+    h ^= h >> 13
+    h = h * 0xC2B2AE35 & 0xFFFFFFFF
+    return h ^ h >> 16
+
+
 def flow_hash(src_ip: str, dst_ip: str, sport: int, dport: int, proto: int, seed: int) -> int:
     """The switch's flow hash of one packet.
 
     For UDP (proto 17) and TCP (6): CRC32 over 12 bytes -- the source address, the destination
     address (4 bytes each), the source port and the destination port (2 bytes each), all in
     network byte order -- with the CRC's initial value `seed ^ proto`. For any other protocol
-    (ICMP is 1) only the 8 address bytes are hashed; the ports are ignored.
+    (ICMP is 1) only the 8 address bytes are hashed; the ports are ignored. The hash is
+    `mix32` of that CRC.
     """
     # TODO 1: pack the addresses (socket.inet_aton) and the ports (struct.pack("!HH", ...)),
-    # then return zlib.crc32(data, seed ^ proto).
+    # then return mix32(zlib.crc32(data, seed ^ proto)).
     raise NotImplementedError("TODO 1: flow_hash")
 
 

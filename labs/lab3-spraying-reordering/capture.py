@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 from contracts.dscp import TRIMMED_DSCP  # noqa: E402 - a switch cut the packet to its headers
 from contracts.ports import ROCEV2_UDP_PORT  # noqa: E402
 from testbed.fabric.session import Fabric  # noqa: E402
-from testbed.harness.endpoint_driver import endpoint_workload  # noqa: E402
+from testbed.harness.endpoint_driver import job_request  # noqa: E402
 from testbed.harness.endpoints import FabricEndpoints  # noqa: E402
 from testbed.scenario import flows, load_scenario, quick  # noqa: E402
 
@@ -113,7 +113,8 @@ def run_once(sc, evs: int, watch_src: str, out: Path) -> dict:
             cap = start_capture(fabric.node_pid(watch_dst), intf, fab.host_ip(watch_src), pcap)
             eps = FabricEndpoints(FABRIC, fab, hosts, pace_mbps=sc.topology.link_mbps)
             co = eps.coordinator
-            co.start(JOB, {"workload": endpoint_workload(sc), "mode": "mrc", "evs": evs})
+            # The runner's own request (the scenario's ECMP model decides the EV bases), N EVs.
+            co.start(JOB, job_request(sc, "mrc") | {"evs": evs})
             t0 = min(co.go(JOB).values())
             statuses = co.wait(JOB, timeout=sc.duration_s)
             took = time.monotonic() - t0

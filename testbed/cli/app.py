@@ -181,7 +181,7 @@ def _scenario_commands(sub) -> None:
 def _bench_and_lab_commands(sub) -> None:
     """bench (benchmarks with same-run baselines) and lab (list, check)."""
     be = sub.add_parser("bench", help="benchmarks with same-run baselines")
-    be.add_argument("what", choices=["switch", "endpoint", "fabric", "failover"])
+    be.add_argument("what", choices=["switch", "endpoint", "fabric", "failover", "ecmp"])
     be.add_argument("--json", action="store_true")
     be.add_argument("--duration", type=float, default=2.0, help="seconds per measurement")
     be.add_argument("--quick", action="store_true", help="shorter runs (CI)")

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from testbed.analysis.report import print_comparison
-from testbed.bench import endpoint_bench, fabric_bench, failover_bench, switch_bench
+from testbed.bench import ecmp_bench, endpoint_bench, fabric_bench, failover_bench, switch_bench
 from testbed.cli.interactive import Dispatch, FabricCli
 from testbed.experiment.api import load
 from testbed.experiment.runner import (
@@ -277,6 +277,10 @@ FABRIC_BENCHES = {
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.what == "ecmp":  # pure computation: no fabric, no root
+        result = ecmp_bench.run_ecmp_bench(quick=args.quick)
+        print(json.dumps(result, indent=1) if args.json else ecmp_bench.format_ecmp_table(result))
+        return 0
     need_root("testbed bench")
     if args.what in FABRIC_BENCHES:
         run, table = FABRIC_BENCHES[args.what]
