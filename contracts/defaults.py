@@ -1,4 +1,4 @@
-"""Default per-port policy of the fabric's switches, declared once.
+"""Default per-port policy of the fabric's switches, and its ECMP models, declared once.
 
 `topologies.TopologyParams` (what a user or scenario leaves unset), `switch.config` and
 `switch.queueing` (a switch started by hand), `endpoint.simnet` (the in-process bottleneck the

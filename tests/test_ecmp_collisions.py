@@ -140,10 +140,18 @@ def test_collisions_need_one_flow_count_per_leaf() -> None:
 
 
 def test_the_bench_prints_both_models_next_to_the_expectation() -> None:
-    d = run_ecmp_bench(seeds=5)
+    d = run_ecmp_bench(quick=True, seeds=5)
     assert d["bench"] == "ecmp" and d["seeds"] == 5
     row = next(r for r in d["results"] if (r["spines"], r["leaves"]) == (4, 4))
     assert row["crc"]["empty_fraction"] == 0
     assert row["expected"]["empty_fraction"] == pytest.approx(0.3164, abs=1e-4)
+    assert set(d["hash_cost"]) == {
+        "ring path, new flow (_decide)",
+        "slow path (Fib.flow_hash)",
+        "receive_batch, per frame",
+    }
+    # The finaliser adds work: on a shared 2-core machine the ratio is ~1.2-2.3 (docs).
+    assert all(c["mixed_ns"] > 0 and c["ratio"] > 0.8 for c in d["hash_cost"].values())
     text = format_ecmp_table(d)
     assert "4x4x4" in text and "expected" in text and "mixed" in text and "crc" in text
+    assert "slow path (Fib.flow_hash)" in text

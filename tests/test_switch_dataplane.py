@@ -629,9 +629,11 @@ def test_ecmp_spreads_through_the_switch() -> None:
 
 @pytest.mark.parametrize("ecmp_hash", ["mixed", "crc"])
 def test_inline_path_slow_path_fib_and_predict_path_agree_on_every_flow(ecmp_hash: str) -> None:
-    """The hash lives in four places -- the inline loop of receive_batch (its own copy of the
-    finaliser), the slow path and Fib.flow_hash, and testbed.fabric.paths.predict_path, which
-    labs and results use to name a flow's spine -- and all four must pick the same uplink."""
+    """The hash lives in four places -- the inline loop of receive_batch (its own CRC and call
+    of the finaliser), the slow path and Fib.flow_hash, and testbed.fabric.paths.predict_path,
+    which labs and results use to name a flow's spine -- and all four must pick the same
+    uplink. (The ring path's _decide, a third copy, is held to receive_batch by
+    tests/test_switch_fastpath.py, under both hashes.)"""
     from testbed.fabric.paths import predict_path
 
     topo = {"spines": 4, "leaves": 3, "hosts_per_leaf": 2, "link_mbps": 0, "delay_us": 0}

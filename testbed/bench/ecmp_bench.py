@@ -5,7 +5,8 @@ permutation's single-path flows (one per host, each with the source port its con
 over many seeds, with the switches' own hash (`testbed.analysis.ecmp`), under both ECMP models,
 next to the exact expectation for n balls into m bins -- the baseline of the same run. The
 `crc` rows show why the `mixed` model exists: the linear CRC with fixed ports spreads a
-power-of-two fabric perfectly, which no real fabric does.
+power-of-two fabric perfectly, which no real fabric does. Then what the mixing costs per hash
+(testbed.bench.hash_cost), `crc` timed against `mixed` in the same run.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 
 from contracts.defaults import ECMP_HASHES
 from testbed.analysis.ecmp import Bins, balls_into_bins, collisions, total_variation
+from testbed.bench.hash_cost import hash_cost
 from testbed.scenario import flows, validate
 
 SHAPES = ((2, 2, 2), (3, 2, 3), (3, 3, 3), (4, 4, 4), (8, 8, 8))  # spines, leaves, hosts/leaf
@@ -46,7 +48,8 @@ def _row(b: Bins, expected: Bins) -> dict:
 
 
 def run_ecmp_bench(quick: bool = False, seeds: int | None = None) -> dict:
-    """Every shape under every ECMP model, over `seeds` seeds (SEEDS; QUICK_SEEDS with quick)."""
+    """Every shape under every ECMP model, over `seeds` seeds (SEEDS; QUICK_SEEDS with quick),
+    then the hash's cost."""
     n_seeds = seeds or (QUICK_SEEDS if quick else SEEDS)
     t0 = time.perf_counter()
     results = []
@@ -63,10 +66,12 @@ def run_ecmp_bench(quick: bool = False, seeds: int | None = None) -> dict:
             }
             row[model] = _row(got, expected)
         results.append(row)
+    cost = hash_cost(rounds=5 if quick else 15)
     return {
         "bench": "ecmp",
         "seeds": n_seeds,
         "results": results,
+        "hash_cost": cost,
         "seconds": round(time.perf_counter() - t0, 2),
     }
 
@@ -99,6 +104,15 @@ def format_ecmp_table(d: dict) -> str:
         "  empty uplinks: share of a leaf's uplinks no flow took; busiest: flows on a leaf's",
         "  busiest uplink (mean); TV: total variation distance of the per-uplink load from",
         "  Binomial(n, 1/m); max-min fluid: the flows' max-min fair throughput over every flow",
-        f"  at NIC rate (an upper bound for one path per flow). {d['seconds']} s.",
+        "  at NIC rate (an upper bound for one path per flow).",
+        "",
+        "hash cost, ns per frame (crc = the hash before the finaliser; median of paired rounds):",
+        f"  {'where':32} {'crc':>7} {'mixed':>7} {'mixed/crc':>9}",
+    ]
+    for case, c in d.get("hash_cost", {}).items():
+        lines.append(f"  {case:32} {c['crc_ns']:7.0f} {c['mixed_ns']:7.0f} {c['ratio']:9.2f}")
+    lines += [
+        "  (a steady flow on the ring path does not hash: its decision is cached per flow)",
+        f"  {d['seconds']} s.",
     ]
     return "\n".join(lines)
