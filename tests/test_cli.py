@@ -44,6 +44,15 @@ def test_up_options_map_to_topology_params():
     )
 
 
+def test_up_takes_the_ecmp_model_and_defaults_to_the_mixed_one():
+    base = ["up", "--spines", "2", "--leaves", "2", "--hosts-per-leaf", "1"]
+    assert params_from_args(build_parser().parse_args(base)).ecmp_hash == "mixed"
+    crc = params_from_args(build_parser().parse_args([*base, "--ecmp-hash", "crc"]))
+    assert crc.ecmp_hash == "crc"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*base, "--ecmp-hash", "md5"])
+
+
 def test_invalid_topology_is_one_line_naming_the_field(capsys):
     rc = main(["up", "--name", "zz", "--spines", "0", "--leaves", "2", "--hosts-per-leaf", "1"])
     err = capsys.readouterr().err

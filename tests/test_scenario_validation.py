@@ -81,6 +81,14 @@ def test_typo_in_a_key():
     assert error_of(data) == "topology.spinse: unknown key (did you mean 'spines'?)"
 
 
+def test_the_ecmp_model_is_one_of_two_and_reaches_the_fabric():
+    assert error_of(variant(**{"topology.ecmp_hash": "md5"})) == (
+        "topology.ecmp_hash: input should be 'mixed' or 'crc', got 'md5'"
+    )
+    assert validate(BASE).fabric().params.ecmp_hash == "mixed"
+    assert validate(variant(**{"topology.ecmp_hash": "crc"})).fabric().params.ecmp_hash == "crc"
+
+
 def test_link_between_non_adjacent_nodes():
     data = copy.deepcopy(BASE)
     data["events"].append({"at": 3.0, "action": "blackhole", "link": ["spine1", "spine2"]})

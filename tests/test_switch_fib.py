@@ -315,3 +315,13 @@ def test_two_switches_mixed_hashes_are_independent() -> None:
 
     assert together(Fib([], seed=1, ecmp_hash="crc")) == together(Fib([], seed=2, ecmp_hash="crc"))
     assert together(Fib([], seed=1)) != together(Fib([], seed=2))
+
+
+def test_the_topology_names_the_hash_and_every_switch_config_carries_it() -> None:
+    from topologies import TopologyError
+
+    for model in ("mixed", "crc"):
+        fab = leaf_spine(spines=2, leaves=2, hosts_per_leaf=1, ecmp_hash=model)
+        assert {switch_config(fab, n).ecmp_hash for n in fab.switches()} == {model}
+    with pytest.raises(TopologyError, match=r"^ecmp_hash: must be one of mixed, crc, got 'md5'$"):
+        leaf_spine(spines=2, leaves=2, hosts_per_leaf=1, ecmp_hash="md5")
