@@ -138,6 +138,11 @@ def job_transport_config(cfg: EndpointConfig, req: dict) -> TransportConfig:
     if "evs" in req:
         params["num_evs"] = req["evs"]
     if "ev_base" in req:
+        if params.get("ev_seed") is not None:
+            raise ConfigError(
+                "ev_base: pins every connection's EVs, but transport.ev_seed draws them per "
+                "connection; give one of the two"
+            )
         params["ev_base"] = req["ev_base"]
     try:
         mode = Mode(params.get("mode", Mode.MRC))

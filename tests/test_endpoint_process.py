@@ -345,6 +345,11 @@ def test_endpoint_config_validation():
         job_transport_config(ok, {"mode": "tcp"})
     with pytest.raises(ConfigError, match="transport"):
         job_transport_config(ok, {"evs": 999})
+    assert job_transport_config(ok, {"transport": {"ev_seed": 3}}).ev_seed == 3
+    with pytest.raises(ConfigError, match=r"^ev_base: pins every connection's EVs"):
+        job_transport_config(ok, {"ev_base": 50000, "transport": {"ev_seed": 3}})
+    with pytest.raises(ConfigError, match="ev_seed must be an integer or None"):
+        job_transport_config(ok, {"transport": {"ev_seed": "3"}})
 
 
 def test_pacer_holds_the_rate_and_lets_control_first():
