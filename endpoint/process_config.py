@@ -9,6 +9,7 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass, field, fields
 
+from contracts.clock import check_dilation
 from contracts.ports import ROCEV2_UDP_PORT
 from endpoint import udp_io
 from endpoint.config import Mode, TransportConfig
@@ -33,6 +34,9 @@ EMULATION_TRANSPORT = {
     # flow whose window was cut to 128 B by trims sent one packet per ~250 ms and finished last.
     "min_cwnd": 1400,
 }
+# Which of those are real-time hazards (seconds a process may wait for a CPU): at time dilation
+# N they shrink to 1/N in virtual time (contracts.clock.hazard); min_cwnd is bytes.
+HAZARD_KEYS = ("reorder_min", "rto_min", "rto_initial")
 
 
 class ConfigError(ValueError):
@@ -59,6 +63,10 @@ class EndpointConfig:
     bin_s: float = BIN_S
     stats_interval: float = 0.1
     flush_interval: float = 0.2
+    # Real seconds per virtual second (contracts.clock). Every time above that is a budget of
+    # the machine -- coalescing, catch-up, stats and flush intervals -- is in real seconds and
+    # is divided by it; bin_s and everything of the transport are virtual.
+    time_dilation: float = 1.0
     transport: dict = field(default_factory=dict)  # TransportConfig defaults for every job
 
     @classmethod
@@ -111,6 +119,10 @@ class EndpointConfig:
             v = getattr(cfg, key)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"config.{key}: expected an integer >= 1")
+        try:
+            cfg.time_dilation = check_dilation(cfg.time_dilation, "config.time_dilation")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         _check_transport(cfg.transport, "config.transport")
         return cfg
 
@@ -129,7 +141,9 @@ def _check_transport(overrides: object, path: str) -> None:
 
 def job_transport_config(cfg: EndpointConfig, req: dict) -> TransportConfig:
     """The TransportConfig of a job: process defaults, then the request's mode/evs/overrides."""
-    params: dict = {"planes": cfg.planes, **EMULATION_TRANSPORT, **cfg.transport}
+    n = cfg.time_dilation
+    emulation = {k: v / n if k in HAZARD_KEYS else v for k, v in EMULATION_TRANSPORT.items()}
+    params: dict = {"planes": cfg.planes, **emulation, **cfg.transport}
     over = req.get("transport", {})
     _check_transport(over, "transport")
     params.update(over)

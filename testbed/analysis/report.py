@@ -306,12 +306,14 @@ def write_timeseries_csv(
     written = []
     names = list(metrics)
     nbins = max((len(m.goodput_bins) for m in metrics.values()), default=0)
+    longest = max(metrics.values(), key=lambda m: len(m.bin_times), default=None)
+    times = longest.bin_times if longest is not None else []  # the fabric's bins (time scale)
     path = out_dir / "goodput.csv"
     with path.open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(["time_s", *(f"{n}_mbps" for n in names)])
         for k in range(nbins):
-            row = [f"{k * BIN_S:.3f}"]
+            row = [f"{times[k]:.9g}" if k < len(times) else f"{k * BIN_S:.3f}"]
             for n in names:
                 bins = metrics[n].goodput_bins
                 row.append(f"{bins[k]:.3f}" if k < len(bins) else "")

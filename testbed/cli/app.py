@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from contracts.project import __version__
+from testbed.analysis.validity import EXIT_INVALID
 from testbed.cli import fib
 from testbed.cli.commands import (
     CliError,
@@ -88,6 +89,14 @@ def _fabric_commands(sub, named) -> None:
     )
     up.add_argument("--seed", type=int, default=1, help="ECMP hash seeds derive from it")
     up.add_argument(
+        "--time-dilation",
+        type=float,
+        default=1.0,
+        metavar="N",
+        help="real seconds per virtual second: rates and delays are the datacenter's, served "
+        "N times slower (default 1; docs/fidelity.md)",
+    )
+    up.add_argument(
         "--switch-processes",
         choices=LAYOUTS,
         help="one switch process per switch node (the default) or one for all of them "
@@ -157,6 +166,16 @@ def _scenario_commands(sub) -> None:
             "--json",
             action="store_true",
             help="print the summary (plus out_dir, passed) as JSON on stdout; progress on stderr",
+        )
+        rp.add_argument(
+            "--time-dilation",
+            metavar="auto|N",
+            help="override the scenario's emulation.time_dilation (docs/fidelity.md)",
+        )
+        rp.add_argument(
+            "--allow-invalid",
+            action="store_true",
+            help=f"exit by the expectations alone even if a run was invalid (else {EXIT_INVALID})",
         )
         if cmd == "run":
             rp.add_argument("--transport", help="run this transport (or a,b,...) instead")

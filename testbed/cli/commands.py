@@ -11,9 +11,11 @@ import time
 from pathlib import Path
 
 from testbed.analysis.report import print_comparison
+from testbed.analysis.validity import EXIT_INVALID
 from testbed.bench import endpoint_bench, fabric_bench, failover_bench, switch_bench
 from testbed.cli.interactive import Dispatch, FabricCli
 from testbed.experiment.api import load
+from testbed.experiment.dilation import parse_dilation
 from testbed.experiment.runner import (
     Progress,
     check_runnable,
@@ -64,7 +66,13 @@ def params_from_args(args: argparse.Namespace) -> TopologyParams:
 def cmd_up(args: argparse.Namespace) -> int:
     params = params_from_args(args)  # validate before anything is created
     t0 = time.monotonic()
-    f = Fabric(params, name=args.name, seed=args.seed, switch_processes=args.switch_processes)
+    f = Fabric(
+        params,
+        name=args.name,
+        seed=args.seed,
+        switch_processes=args.switch_processes,
+        time_dilation=args.time_dilation,
+    )
     st = f.up().state()
     fab = f.description
     print(
@@ -207,13 +215,31 @@ def _progress(args: argparse.Namespace) -> Progress:
     return Progress(stream=sys.stderr) if args.json else Progress()
 
 
+def _exit_status(outcome, args: argparse.Namespace) -> int:
+    """0 met, 1 expectations not met, EXIT_INVALID a run the emulator did not keep up with
+    (unless --allow-invalid): an invalid run's "met" is not a result."""
+    if not outcome.valid and not args.allow_invalid:
+        return EXIT_INVALID
+    return 0 if outcome.passed else 1
+
+
+def _dilation_arg(args: argparse.Namespace) -> float | str | None:
+    if args.time_dilation is None:
+        return None
+    try:
+        return parse_dilation(args.time_dilation)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+
+
 def _finish_run(outcome, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(
-            {**outcome.summary, "out_dir": str(outcome.out_dir), "passed": outcome.passed},
+            {**outcome.summary, "out_dir": str(outcome.out_dir), "passed": outcome.passed,
+             "valid": outcome.valid},
             indent=1,
         ))  # fmt: skip
-        return 0 if outcome.passed else 1
+        return _exit_status(outcome, args)
     print()
     print_comparison(outcome.summary, outcome.metrics)
     print(f"\nresults: {outcome.out_dir}")
@@ -222,9 +248,18 @@ def _finish_run(outcome, args: argparse.Namespace) -> int:
     for caption, path in outcome.plots.items():
         print(f"  plot:    {path}  ({caption})")
     judged = ", ".join(outcome.judged)
+    emu = outcome.summary.get("emulation", {})
+    if not outcome.valid:
+        print(
+            f"INVALID RUN (time dilation {emu.get('time_dilation', 1):g}): "
+            + "; ".join(emu.get("invalid_reasons", []))
+            + ". Its numbers are the machine's, not the network's."
+        )
     if outcome.passed:
-        print(f"expectations met ({judged})")
-        return 0
+        print(
+            f"expectations met ({judged})" + ("" if outcome.valid else ", but the run is INVALID")
+        )
+        return _exit_status(outcome, args)
     failed = [
         f"{t}: {c['name']} = {c['value']} (limit {c['limit']})"
         for t in outcome.judged
@@ -232,11 +267,12 @@ def _finish_run(outcome, args: argparse.Namespace) -> int:
         if not c["passed"]
     ]
     print("expectations NOT met: " + "; ".join(failed))
-    return 1
+    return _exit_status(outcome, args)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     sc = _load_for_run(args)
+    dilation = _dilation_arg(args)
     try:
         transports = transports_arg(args.transport) if args.transport else sc.transports
     except ValueError as exc:
@@ -244,11 +280,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_runnable(transports)
     need_root("testbed run")
     out = Path(args.out) if args.out else default_out_dir(sc)
-    return _finish_run(run_scenario(sc, transports, out, progress=_progress(args)), args)
+    outcome = run_scenario(sc, transports, out, progress=_progress(args), time_dilation=dilation)
+    return _finish_run(outcome, args)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     sc = _load_for_run(args)
+    dilation = _dilation_arg(args)
     try:
         transports = transports_arg(args.transports)
     except ValueError as exc:
@@ -257,7 +295,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     need_root("testbed compare")
     out = Path(args.out) if args.out else default_out_dir(sc)
     judged = [t for t in transports if t in sc.transports]
-    outcome = run_scenario(sc, transports, out, judged=judged, progress=_progress(args))
+    outcome = run_scenario(
+        sc, transports, out, judged=judged, progress=_progress(args), time_dilation=dilation
+    )
     return _finish_run(outcome, args)
 
 
