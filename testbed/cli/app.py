@@ -15,6 +15,7 @@ from testbed.cli import fib
 from testbed.cli.commands import (
     CliError,
     cmd_bench,
+    cmd_calibrate,
     cmd_clean,
     cmd_cli,
     cmd_compare,
@@ -190,7 +191,13 @@ def _scenario_commands(sub) -> None:
 
 
 def _bench_and_lab_commands(sub) -> None:
-    """bench (benchmarks with same-run baselines) and lab (list, check)."""
+    """bench (benchmarks with same-run baselines), calibrate and lab (list, check)."""
+    ca = sub.add_parser(
+        "calibrate",
+        help="measure the packet-hops per second this machine carries validly (for auto)",
+    )
+    ca.add_argument("--quick", action="store_true", help="smaller transfers (CI)")
+    ca.set_defaults(func=cmd_calibrate)
     be = sub.add_parser("bench", help="benchmarks with same-run baselines")
     be.add_argument("what", choices=["switch", "endpoint", "fabric", "failover"])
     be.add_argument("--json", action="store_true")

@@ -13,8 +13,10 @@ from pathlib import Path
 from testbed.analysis.report import print_comparison
 from testbed.analysis.validity import EXIT_INVALID
 from testbed.bench import endpoint_bench, fabric_bench, failover_bench, switch_bench
+from testbed.bench.calibrate import run_calibration
 from testbed.cli.interactive import Dispatch, FabricCli
 from testbed.experiment.api import load
+from testbed.experiment.calibration import load_budget
 from testbed.experiment.dilation import parse_dilation
 from testbed.experiment.runner import (
     Progress,
@@ -270,6 +272,24 @@ def _finish_run(outcome, args: argparse.Namespace) -> int:
     return _exit_status(outcome, args)
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    need_root("testbed calibrate")
+    path = run_calibration(quick=args.quick)
+    budget = load_budget(path)
+    print(f"calibrated: {budget[0]:,.0f} packet-hops per real second carried validly; "
+          f"cached in {path}")  # fmt: skip
+    return 0
+
+
+def _calibrate_if_needed(sc: Scenario, dilation: float | str | None) -> None:
+    """`auto` with no fresh calibration of this machine: measure it first (once; cached)."""
+    wanted = dilation if dilation is not None else sc.emulation.time_dilation
+    if wanted == "auto" and load_budget() is None:
+        print("time_dilation auto: this machine has no calibration yet; measuring it once "
+              "(testbed calibrate)", file=sys.stderr)  # fmt: skip
+        run_calibration(quick=True, progress=Progress(stream=sys.stderr))
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     sc = _load_for_run(args)
     dilation = _dilation_arg(args)
@@ -279,6 +299,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     check_runnable(transports)
     need_root("testbed run")
+    _calibrate_if_needed(sc, dilation)
     out = Path(args.out) if args.out else default_out_dir(sc)
     outcome = run_scenario(sc, transports, out, progress=_progress(args), time_dilation=dilation)
     return _finish_run(outcome, args)
@@ -293,6 +314,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     check_runnable(transports)
     need_root("testbed compare")
+    _calibrate_if_needed(sc, dilation)
     out = Path(args.out) if args.out else default_out_dir(sc)
     judged = [t for t in transports if t in sc.transports]
     outcome = run_scenario(

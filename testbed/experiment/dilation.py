@@ -30,7 +30,7 @@ from topologies.timing import FULL_FRAME_BYTES, path_links
 KERNEL_TRANSPORTS = frozenset({"tcp", "mptcp"})
 FALLBACK_BUDGET = 20_000.0
 """Packet-hops per real second, when no calibration exists (see calibrate)."""
-HEADROOM = 0.5
+HEADROOM = 0.7
 """Plan for this fraction of the budget: lateness grows steeply near saturation."""
 RERUN_FACTOR = 4.0
 
