@@ -31,11 +31,17 @@ def _num(value: float | None, fmt: str = ".1f", none: str = "—") -> str:
     return none if value is None else format(value, fmt)
 
 
+def _ms(value: float) -> str:
+    """Milliseconds as read at any time scale: whole ms on a slow fabric, 3 significant
+    digits below 10 ms (a 10 Gbps fabric's stalls are tens of microseconds)."""
+    return f"{value:.0f}" if value >= 10 or value == 0 else f"{value:.3g}"
+
+
 def _failover_cell(
     entry: Mapping[str, Any], metrics: TransportMetrics | None, had_failure: bool
 ) -> str:
     if entry.get("failover_ms") is not None:
-        return f"{entry['failover_ms']:.0f}"
+        return _ms(entry["failover_ms"])
     if metrics is not None:
         return {
             "not-recovered": "never",
@@ -96,7 +102,7 @@ def comparison_rows(
             "delivered": "all"
             if lost == 0
             else f"{format_size(delivered)}, {format_size(lost)} missing",
-            "max stall (ms)": _num(e.get("max_stall_ms"), ".0f"),
+            "max stall (ms)": "—" if e.get("max_stall_ms") is None else _ms(e["max_stall_ms"]),
             "failover (ms)": _failover_cell(e, m, had_failure),
             "step P50 / P99 / P100 (ms)": " / ".join(
                 _step_cell(pct.get(k), pct) for k in ("p50", "p99", "p100")

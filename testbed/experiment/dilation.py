@@ -32,7 +32,7 @@ FALLBACK_BUDGET = 20_000.0
 """Packet-hops per real second, when no calibration exists (see calibrate)."""
 HEADROOM = 0.7
 """Plan for this fraction of the budget: lateness grows steeply near saturation."""
-RERUN_FACTOR = 4.0
+RERUN_FACTOR = 2.0
 
 
 @dataclass(frozen=True)
