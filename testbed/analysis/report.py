@@ -149,6 +149,11 @@ def _event_text(e: Mapping[str, Any]) -> str:
     return " ".join(parts)
 
 
+def _limit(emu: Mapping[str, Any], key: str) -> str:
+    value = emu.get("limits", {}).get(key)
+    return "—" if value is None else f"{value:.3g}"
+
+
 def render_report(
     summary: Mapping[str, Any],
     *,
@@ -169,6 +174,21 @@ def render_report(
             "endpoint processes did not read in time. Losses, stalls and failover times below "
             "may be the machine's, not the protocol's: lower `link_mbps` or the workload and "
             "run again before drawing conclusions.",
+            "",
+        ]
+    if emu.get("valid") is False:
+        out += [
+            f"> **INVALID RUN** (time dilation {emu.get('time_dilation', 1):g}): "
+            + "; ".join(emu.get("invalid_reasons", []))
+            + ". The emulator did not keep up with the fabric: the numbers below are the "
+            "machine's, not the network's (docs/fidelity.md).",
+            "",
+        ]
+    elif emu.get("valid") is True:
+        out += [
+            f"> Valid run: the emulator kept up at time dilation {emu.get('time_dilation', 1):g}"
+            f" ({emu.get('real_s', 0):g} s of wall time for {emu.get('virtual_s', 0):g} s "
+            "of virtual time); every time below is virtual.",
             "",
         ]
     topo = summary.get("topology", {})
@@ -234,6 +254,35 @@ def render_report(
         out += ["No events: the fabric stayed healthy.", ""]
 
     out += ["## Emulation health", ""]
+    verdicts = [
+        [
+            t,
+            "valid" if e["emulation"].get("valid") else "**INVALID**",
+            f"{e['emulation'].get('time_dilation', 1):g}",
+            f"{e['emulation'].get('switch_late_us_p99', 0):.3g} / "
+            f"{_limit(e['emulation'], 'switch_late_us')}",
+            f"{e['emulation'].get('endpoint_late_us_p99', 0):.3g} / "
+            f"{_limit(e['emulation'], 'endpoint_late_us')}",
+            f"{e['emulation'].get('real_s', 0):g}",
+        ]
+        for t, e in summary.get("transports", {}).items()
+        if "valid" in e.get("emulation", {})
+    ]
+    if verdicts:
+        out += [
+            markdown_table(
+                [
+                    "transport",
+                    "verdict",
+                    "time dilation",
+                    "switch late P99 / limit (µs)",
+                    "endpoint timer late P99 / limit (µs)",
+                    "wall time (s)",
+                ],
+                verdicts,
+            ),  # fmt: skip
+            "",
+        ]
     out += [
         markdown_table(
             ["CPU use (all cores)", "timer jitter P99 (µs)", "kernel drops"],
