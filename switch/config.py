@@ -14,6 +14,7 @@ from pathlib import Path
 
 from contracts.defaults import TRIM_BYTES, TRIMMING
 from contracts.dscp import CONTROL_DSCP, TRIMMABLE_DSCP, TRIMMED_DSCP
+from contracts.framing import DEFAULT_MTU
 from topologies import Fabric
 
 
@@ -47,6 +48,7 @@ class SwitchConfig:
     trimmable_dscp: int = TRIMMABLE_DSCP
     trimmed_dscp: int = TRIMMED_DSCP
     control_dscp: int = CONTROL_DSCP
+    mtu: int = DEFAULT_MTU  # of its ports: sizes the ring slots (switch.ring.frame_size_for)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -102,4 +104,5 @@ def switch_config(fabric: Fabric, name: str, seed: int = 1) -> SwitchConfig:
         trimmable_dscp=p.trimmable_dscp,
         trimmed_dscp=p.trimmed_dscp,
         control_dscp=p.control_dscp,
+        mtu=p.mtu,
     )

@@ -120,7 +120,7 @@ class FabricBuilder:
     def set_host_rate(self, host: str, dev: str, mbps: float) -> None:
         try:
             with node_netlink(self.node(host).pid, host) as nl:
-                nl.set_rate(dev, mbps)
+                nl.set_rate(dev, mbps, self.fabric.params.mtu)
         except NamespaceError as exc:
             raise BuildError(f"setting the rate of {dev} failed: {exc}") from exc
 

@@ -134,7 +134,8 @@ def fabric_endpoint_config(fab, hosts: list[str] | None = None, **extra) -> dict
 
     It carries the fabric's DSCPs into every job's transport (``extra["transport"]`` may add
     other TransportConfig defaults): the switches trim and prioritise by the values in
-    ``fab.params``, so the endpoints must mark their packets with the same ones.
+    ``fab.params``, so the endpoints must mark their packets with the same ones. And its MTU:
+    the endpoints size their data packets to fill the NICs' MTU (``max_payload``), no more.
     """
     planes = sorted({i.plane for i in fab.interfaces[fab.hosts()[0]]})
     hosts = hosts or fab.hosts()
@@ -147,6 +148,7 @@ def fabric_endpoint_config(fab, hosts: list[str] | None = None, **extra) -> dict
     transport = {**dscps, **extra.pop("transport", {})}
     return {
         "hosts": {h: [fab.host_ip(h, p) for p in planes] for h in hosts},
+        "mtu": params.mtu,
         **extra,
         "transport": transport,
     }
