@@ -26,7 +26,6 @@ from testbed.scenario import FAILURE_ACTIONS as FAILURES  # noqa: E402
 from testbed.scenario import RECOVERY_ACTIONS as RECOVERIES  # noqa: E402
 
 
-
 def load_steps(code: Path):
     return load_plugin(code / "steps.py", "lab5_steps")
 
