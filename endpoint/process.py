@@ -32,6 +32,7 @@ import time
 from collections import deque
 
 from contracts.clock import virtual_clock
+from contracts.framing import max_frame_bytes
 from endpoint import udp_io
 from endpoint.control_server import ControlConnection, ControlServer
 from endpoint.metrics import DeliveryBins, MetricsWriter, rtt_summary
@@ -79,6 +80,7 @@ class EndpointProcess:
                 cfg.pace_burst,
                 now,
                 max(2 * cfg.rx_coalesce_us, cfg.pace_catch_up_us) * 1e-6 / self.dilation,
+                frame_bytes=max_frame_bytes(cfg.mtu),
             )
             if cfg.pace_mbps > 0
             else None

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from contracts.defaults import TRIM_BYTES, TRIMMING
 from contracts.dscp import CONTROL_DSCP, TRIMMABLE_DSCP, TRIMMED_DSCP
+from contracts.framing import DEFAULT_MTU
 from topologies import Fabric
 
 
@@ -50,6 +51,7 @@ class SwitchConfig:
     # Real seconds per virtual second (contracts.clock): rates, delays and timers above are
     # virtual, the switch serves them N times slower.
     time_dilation: float = 1.0
+    mtu: int = DEFAULT_MTU  # of its ports: sizes the ring slots (switch.ring.frame_size_for)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -108,4 +110,5 @@ def switch_config(
         trimmed_dscp=p.trimmed_dscp,
         control_dscp=p.control_dscp,
         time_dilation=time_dilation,
+        mtu=p.mtu,
     )

@@ -27,7 +27,6 @@ TTL_EXPIRED = "ttl_expired"
 SWITCH_DOWN = "switch_down"
 RX_LOSS = "rx_loss"
 RX_BLACKHOLE = "rx_blackhole"
-MAX_FRAME_BYTES = 1514  # a full 1500 B MTU frame: what the early window is judged against
 LOCAL = "local"  # addressed to the switch and not an echo request: consumed, counted
 
 
@@ -117,7 +116,8 @@ class Switch:
         port's early window and catch-up budget follow (switch.port.egress_timing)."""
         self.dilation = check_dilation(dilation, "time_dilation")
         shaped = [p.sec_per_byte for p in self.ports if p.sec_per_byte > 0.0]
-        serialisation = MAX_FRAME_BYTES * min(shaped) if shaped else 0.0
+        frame = self.config.mtu + 14  # a full frame of this fabric
+        serialisation = frame * min(shaped) if shaped else 0.0
         self.early_s, self.catch_up_s = egress_timing(self.dilation, serialisation)
         for p in self.ports:
             p.early, p.catch_up = self.early_s, self.catch_up_s

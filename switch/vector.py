@@ -28,7 +28,6 @@ from __future__ import annotations
 import numpy as np
 
 from switch.ring import (
-    FRAME_SIZE,
     TP_STATUS_AVAILABLE,
     TP_STATUS_KERNEL,
     TP_STATUS_SEND_REQUEST,
@@ -51,12 +50,13 @@ class RingArrays:
     __slots__ = ("rx", "rx32", "rx16", "tx", "tx32")
 
     def __init__(self, io: RingSocket) -> None:
-        rx = np.frombuffer(io.mm, dtype=np.uint8, count=io.frame_nr * FRAME_SIZE)
-        self.rx = rx.reshape(io.frame_nr, FRAME_SIZE)
+        size = io.frame_size
+        rx = np.frombuffer(io.mm, dtype=np.uint8, count=io.frame_nr * size)
+        self.rx = rx.reshape(io.frame_nr, size)
         self.rx32 = self.rx.view(np.uint32)
         self.rx16 = self.rx.view(np.uint16)
-        tx = np.frombuffer(io.tx_mm, dtype=np.uint8, count=io.tx_nr * FRAME_SIZE)
-        self.tx = tx.reshape(io.tx_nr, FRAME_SIZE)
+        tx = np.frombuffer(io.tx_mm, dtype=np.uint8, count=io.tx_nr * size)
+        self.tx = tx.reshape(io.tx_nr, size)
         self.tx32 = self.tx.view(np.uint32)
 
 

@@ -58,7 +58,8 @@ def time_scale(params) -> float:
     of its own and keeps the reference constants."""
     if params.link_mbps <= 0:
         return 1.0
-    rtt = base_rtt_s(params.link_mbps, params.delay_us, params.leaves, params.uplink_mbps)
+    frame = getattr(params, "mtu", 1500) + 14
+    rtt = base_rtt_s(params.link_mbps, params.delay_us, params.leaves, params.uplink_mbps, frame)
     if rtt <= 0:
         return 1.0
     return min(1.0, rtt / REFERENCE_BASE_RTT_S)

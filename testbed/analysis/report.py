@@ -318,6 +318,7 @@ _TOPOLOGY_FACTS = (
     "queue_kb",
     "trimming",
     "trim_bytes",
+    "mtu",
 )
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from topologies import TopologyParams
-from topologies.timing import FULL_FRAME_BYTES, base_rtt_s, serialisation_s
+from topologies.timing import base_rtt_s, serialisation_s
 
 SWITCH_LATE_FRACTION = 0.5
 ENDPOINT_LATE_FRACTION = 0.25
@@ -44,8 +44,11 @@ class Thresholds:
 
     @classmethod
     def for_fabric(cls, params: TopologyParams) -> Thresholds:
-        ser = serialisation_s(FULL_FRAME_BYTES, params.link_mbps)
-        rtt = base_rtt_s(params.link_mbps, params.delay_us, params.leaves, params.uplink_mbps)
+        frame = params.mtu + 14
+        ser = serialisation_s(frame, params.link_mbps)
+        rtt = base_rtt_s(
+            params.link_mbps, params.delay_us, params.leaves, params.uplink_mbps, frame
+        )
         return cls(
             switch_late_us=SWITCH_LATE_FRACTION * ser * 1e6 if ser > 0 else None,
             endpoint_late_us=ENDPOINT_LATE_FRACTION * rtt * 1e6,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from contracts.framing import MAX_MTU, MIN_MTU
 from contracts.project import __version__
 from testbed.analysis.validity import EXIT_INVALID
 from testbed.cli import fib
@@ -82,6 +83,12 @@ def _fabric_commands(sub, named) -> None:
         "--trim-bytes", type=int, default=d.trim_bytes, help="frame length after trimming"
     )
     up.add_argument("--no-trim", action="store_true", help="tail-drop instead of trimming")
+    up.add_argument(
+        "--mtu",
+        type=int,
+        default=d.mtu,
+        help=f"IP MTU of every interface ({MIN_MTU}..{MAX_MTU}); data packets fill it",
+    )
     up.add_argument(
         "--oversubscription",
         type=float,

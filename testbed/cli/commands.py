@@ -60,6 +60,7 @@ def params_from_args(args: argparse.Namespace) -> TopologyParams:
         trimming=not args.no_trim,
         ecn_kb=args.ecn_kb,
         oversubscription=args.oversubscription,
+        mtu=args.mtu,
     )
     p.validate()
     return p

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from contracts.clock import MAX_DILATION, check_dilation
 from testbed.scenario import Scenario, workload_hosts
-from topologies.timing import FULL_FRAME_BYTES, path_links
+from topologies.timing import path_links
 
 KERNEL_TRANSPORTS = frozenset({"tcp", "mptcp"})
 FALLBACK_BUDGET = 20_000.0
@@ -60,7 +60,7 @@ def demand_hops_per_s(sc: Scenario) -> float:
     if p.link_mbps <= 0:
         return 0.0
     senders = len(workload_hosts(sc))
-    frames_per_s = p.link_mbps * 1e6 / (FULL_FRAME_BYTES * 8)
+    frames_per_s = p.link_mbps * 1e6 / ((p.mtu + 14) * 8)
     switches = path_links(p.leaves) - 1  # switches on the longest path
     return senders * frames_per_s * switches * 2  # a data frame and its ACK
 

@@ -130,7 +130,7 @@ class FabricBuilder:
         """A host NIC's (virtual) rate: its kernel token bucket runs at mbps / dilation."""
         try:
             with node_netlink(self.node(host).pid, host) as nl:
-                nl.set_rate(dev, mbps / self.time_dilation)
+                nl.set_rate(dev, mbps / self.time_dilation, self.fabric.params.mtu)
         except NamespaceError as exc:
             raise BuildError(f"setting the rate of {dev} failed: {exc}") from exc
 

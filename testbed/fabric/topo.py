@@ -16,7 +16,7 @@ One description, two uses:
 
 Every node is configured from the description through netlink (testbed/fabric/netlink.py):
 hosts get their addresses, static routes, permanent neighbour entries and NIC rate; nobody runs
-ARP or a routing daemon; every port has its offloads off.
+ARP or a routing daemon; every port has its offloads off and the fabric's MTU.
 """
 
 from __future__ import annotations
@@ -138,6 +138,7 @@ def _configure_ports(nl: NodeNetlink, fabric: Fabric, name: str) -> None:
     nl.link_up("lo")
     for intf in fabric.interfaces[name]:
         nl.offloads_off(intf.name)
+        nl.set_mtu(intf.name, fabric.params.mtu)  # each end of a veth: hosts' and switches'
         nl.link_up(intf.name)
 
 
@@ -151,7 +152,7 @@ def configure_host(pid: int, fabric: Fabric, name: str, time_dilation: float = 1
         for intf in fabric.interfaces[name]:
             nl.add_address(intf.name, intf.ip, intf.prefixlen)
             if fabric.params.link_mbps > 0:
-                nl.set_rate(intf.name, fabric.params.link_mbps / time_dilation)
+                nl.set_rate(intf.name, fabric.params.link_mbps / time_dilation, fabric.params.mtu)
         for r in fabric.host_routes[name]:
             nl.add_route(r.prefix, r.via, r.dev)
         for n in fabric.host_neighbours[name]:

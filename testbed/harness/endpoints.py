@@ -139,8 +139,9 @@ def fabric_endpoint_config(
 
     It carries the fabric's DSCPs into every job's transport (``extra["transport"]`` may add
     other TransportConfig defaults): the switches trim and prioritise by the values in
-    ``fab.params``, so the endpoints must mark their packets with the same ones. The
-    transport's time constants and the metrics bins follow the fabric's time scale
+    ``fab.params``, so the endpoints must mark their packets with the same ones. And its MTU:
+    the endpoints size their data packets to fill the NICs' MTU (``max_payload``), no more.
+    The transport's time constants and the metrics bins follow the fabric's time scale
     (testbed.harness.transport_timing), and the process runs on the fabric's virtual clock.
     """
     planes = sorted({i.plane for i in fab.interfaces[fab.hosts()[0]]})
@@ -160,6 +161,7 @@ def fabric_endpoint_config(
         "hosts": {h: [fab.host_ip(h, p) for p in planes] for h in hosts},
         "bin_s": BIN_S * time_scale(params),
         "time_dilation": time_dilation,
+        "mtu": params.mtu,
         **extra,
         "transport": transport,
     }

@@ -3,11 +3,13 @@ them before it builds anything and runs anyway; they tell the author what it wil
 
 from __future__ import annotations
 
-from testbed.scenario.capacity import capacity_mbps, ideal_completion_s
+from contracts.framing import max_frame_bytes
+from testbed.scenario.capacity import capacity_mbps, frame_rate_pps, ideal_completion_s
 from testbed.scenario.schema import PlaneDown, Scenario
 
 EMULATION_BUDGET_MBPS = 80.0
-"""Aggregate ideal goodput above which `lint` warns that two cores may not keep up.
+"""Aggregate ideal goodput above which `lint` warns that two cores may not keep up, at the
+frames it was measured with (`BUDGET_FRAME_BYTES`).
 
 Measured with `testbed run --quick` on this 2-core machine (docs/scenario-format.md, "Emulator
 capacity"): four cross-leaf flows at 25 Mbps (100 Mbps in aggregate) reached 36-66% of the
@@ -15,6 +17,17 @@ ideal with the CPU 93% busy, at 10 Mbps (40 in aggregate) 66-79%; a four-rank al
 80 Mbps in aggregate 57-62%. No run had kernel drops: the machine runs out of CPU time (and
 the endpoints' timers get late) before its sockets overflow.
 """
+BUDGET_FRAME_BYTES = 1494
+"""The full data frames of those runs (1400 B of message, MTU 1500)."""
+EMULATION_BUDGET_PPS = EMULATION_BUDGET_MBPS * 1e6 / 8 / BUDGET_FRAME_BYTES
+"""The same budget in full frames per second (6.7 kpps): what the emulator pays for is packets
+(switch and endpoint work is per packet; a frame's bytes are one copy), so a larger MTU buys
+proportionally more Mbps (`emulation_budget_mbps`)."""
+
+
+def emulation_budget_mbps(mtu: int) -> float:
+    """`EMULATION_BUDGET_PPS` in Mbps of full frames at `mtu`: 81 at 1500, 483 at 9000."""
+    return EMULATION_BUDGET_PPS * max_frame_bytes(mtu) * 8 / 1e6
 
 
 def lint(sc: Scenario) -> list[str]:
@@ -40,13 +53,16 @@ def lint(sc: Scenario) -> list[str]:
             f"{done:.2f} s (at 70% efficiency {done / 0.7:.2f} s)"
         )
     agg = capacity_mbps(sc)
+    pps = frame_rate_pps(sc)
     n = sc.emulation.time_dilation
-    if n != "auto" and agg > EMULATION_BUDGET_MBPS * n:
+    if n != "auto" and pps > EMULATION_BUDGET_PPS * n:
         # Under `auto` the runner picks N for the workload and judges the run; a given N can
         # be too small, which this says before the run does.
+        mtu = sc.topology.mtu
         out.append(
-            f"topology.link_mbps: the workload can reach {agg:g} Mbps in aggregate, more than the "
-            f"{EMULATION_BUDGET_MBPS * n:g} Mbps the emulator carries at time dilation {n:g} "
-            "(emulation.time_dilation: auto picks a larger one)"
+            f"topology.link_mbps: the workload can reach {agg:g} Mbps in aggregate "
+            f"({pps / 1000:.1f} kpps of {max_frame_bytes(mtu)} B frames), more than the "
+            f"{emulation_budget_mbps(mtu) * n:.0f} Mbps the emulator carries at time dilation "
+            f"{n:g} (emulation.time_dilation: auto picks a larger one)"
         )
     return out

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, Field, PrivateAttr, field_validator
 
 from contracts.clock import MAX_DILATION, check_dilation
+from contracts.framing import MAX_MTU, MIN_MTU
 from contracts.schema import StrictModel
 from contracts.workloads import (
     WORKLOAD_MODELS,
@@ -85,6 +86,8 @@ class TopologySpec(StrictModel):
     trimming: bool = TopologyParams.trimming
     ecn_kb: float | None = None
     oversubscription: float | None = None
+    # Bounds here as well as in TopologyParams.validate, so the JSON Schema carries them.
+    mtu: int = Field(default=TopologyParams.mtu, ge=MIN_MTU, le=MAX_MTU)
 
     def params(self) -> TopologyParams:
         return TopologyParams(**self.model_dump())
