@@ -206,10 +206,21 @@ def _bench_and_lab_commands(sub) -> None:
     ca.add_argument("--quick", action="store_true", help="smaller transfers (CI)")
     ca.set_defaults(func=cmd_calibrate)
     be = sub.add_parser("bench", help="benchmarks with same-run baselines")
-    be.add_argument("what", choices=["switch", "endpoint", "fabric", "failover"])
+    be.add_argument(
+        "what", choices=["switch", "endpoint", "fabric", "failover", "capacity", "fidelity"]
+    )
     be.add_argument("--json", action="store_true")
     be.add_argument("--duration", type=float, default=2.0, help="seconds per measurement")
     be.add_argument("--quick", action="store_true", help="shorter runs (CI)")
+    be.add_argument(
+        "--time-dilation",
+        metavar="auto|N",
+        help="capacity, fidelity: the runs' time dilation (capacity: where its search starts); "
+        "default auto (docs/fidelity.md)",
+    )
+    be.add_argument(
+        "--out", help="capacity, fidelity: results folder (default results/bench-WHAT-TIMESTAMP)"
+    )
     be.set_defaults(func=cmd_bench)
 
     lab = sub.add_parser("lab", help="teaching labs: list them, grade your code")

@@ -12,7 +12,14 @@ from pathlib import Path
 
 from testbed.analysis.report import print_comparison
 from testbed.analysis.validity import EXIT_INVALID
-from testbed.bench import endpoint_bench, fabric_bench, failover_bench, switch_bench
+from testbed.bench import (
+    capacity_bench,
+    endpoint_bench,
+    fabric_bench,
+    failover_bench,
+    fidelity_bench,
+    switch_bench,
+)
 from testbed.bench.calibrate import run_calibration
 from testbed.cli.interactive import Dispatch, FabricCli
 from testbed.experiment.api import load
@@ -336,10 +343,30 @@ FABRIC_BENCHES = {
     "failover": (failover_bench.run_failover_bench, failover_bench.format_failover_table),
     "fabric": (fabric_bench.run_fabric_bench, fabric_bench.format_fabric_table),
 }
+# The benches that run scenarios through the runner: they take --time-dilation and --out.
+SCENARIO_BENCHES = {
+    "capacity": (capacity_bench.run_capacity_bench, capacity_bench.format_capacity_table),
+    "fidelity": (fidelity_bench.run_fidelity_bench, fidelity_bench.format_fidelity_table),
+}
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    dilation = _dilation_arg(args)
+    if dilation is not None and args.what not in SCENARIO_BENCHES:
+        raise CliError(f"--time-dilation: bench {args.what} runs in real time only")
     need_root("testbed bench")
+    if args.what in SCENARIO_BENCHES:
+        run, table = SCENARIO_BENCHES[args.what]
+        try:
+            result = run(
+                quick=args.quick,
+                time_dilation=dilation or "auto",
+                out=Path(args.out) if args.out else None,
+            )
+        except endpoint_bench.BenchError as exc:
+            raise CliError(str(exc)) from None
+        print(json.dumps(result, indent=1) if args.json else table(result))
+        return 0
     if args.what in FABRIC_BENCHES:
         run, table = FABRIC_BENCHES[args.what]
         try:

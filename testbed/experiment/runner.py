@@ -396,9 +396,9 @@ def _drive(
         timeline.results(),
         emulation,
         timing,
-        monitor.queues,
-        port_counters,
-        note,
+        port_queues=monitor.queues,
+        port_counters=port_counters,
+        note=note,
     )
 
 
