@@ -16,7 +16,6 @@ from switch.config import switch_config
 from switch.dataplane import Switch
 from switch.port import CATCH_UP_S, EARLY_S, egress_timing
 from testbed.analysis.validity import EXIT_INVALID, Thresholds, Timing, judge
-from testbed.bench.calibrate import next_n, smallest_valid
 from testbed.cli.commands import _exit_status
 from testbed.experiment.dilation import (
     demand_hops_per_s,
@@ -187,19 +186,6 @@ def test_the_time_dilation_option_takes_auto_or_a_number():
     for bad in ("0", "fast", "-2"):
         with pytest.raises(ValueError, match="^--time-dilation: expected 'auto' or a number"):
             parse_dilation(bad)
-
-
-def test_calibration_halves_while_valid_and_doubles_while_invalid():
-    assert next_n([(1000.0, True)]) == 500.0
-    assert (
-        next_n([(1000.0, True), (500.0, False)]) == 1000.0
-        or next_n([(1000.0, True), (500.0, False)]) is None
-    )
-    assert next_n([(1000.0, False)]) == 2000.0
-    assert next_n([(1000.0, False), (2000.0, True)]) is None  # 1000 is known invalid
-    assert next_n([(1.0, True)]) is None
-    assert smallest_valid([(1000.0, False), (2000.0, True), (5000.0, True)]) == 2000.0
-    assert smallest_valid([(1000.0, False)]) is None
 
 
 # ----- the scenario key ------------------------------------------------------------------------

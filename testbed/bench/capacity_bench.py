@@ -18,8 +18,8 @@ permutation at 10 Gbps, 1 µs links:
   an upper bound), beside the switch bench's CPU per forwarded packet (`bench switch --quick`,
   full run only).
 
-The budget `time_dilation: auto` wants is the hops/s at the smallest valid N of the smallest
-fabric (`measure_budget`, for `testbed calibrate`).
+`testbed calibrate` (testbed.bench.calibrate) runs the same search on 2x2x2 for the budget
+`time_dilation: auto` uses, counted as auto counts demand.
 """
 
 from __future__ import annotations
@@ -276,22 +276,6 @@ def run_capacity_bench(
             max_steps=steps,
         ),
     }
-
-
-def measure_budget(quick: bool) -> tuple[float, dict]:
-    """The machine's budget (valid packet-hops per real second) for
-    testbed.experiment.calibration.save_budget: the capacity search on 2x2x2 (quick: fewer
-    steps), and the detail to save with it. Raises BenchError if no valid N was found."""
-    out = default_results_dir().with_name(default_results_dir().name + "-calibrate")
-    res = search_fabric("2x2x2", out, QUICK_MAX_STEPS if quick else MAX_STEPS + 2)
-    if res["hops_per_real_s"] is None:
-        raise BenchError("calibrate: no valid run on 2x2x2 within the search; the machine is busy?")
-    detail = {k: v for k, v in res.items() if k not in ("runs", "baseline_n1")}
-    detail["runs"] = [
-        {k: r[k] for k in ("time_dilation", "valid", "hops_per_real_s", "wall_s")}
-        for r in res["runs"]
-    ]
-    return float(res["hops_per_real_s"]), detail
 
 
 # ----- the table --------------------------------------------------------------------------------
