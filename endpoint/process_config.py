@@ -9,6 +9,7 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass, field, fields
 
+from contracts.clock import check_dilation
 from contracts.framing import DEFAULT_MTU, check_mtu, mrc_payload
 from contracts.ports import ROCEV2_UDP_PORT
 from endpoint import udp_io
@@ -31,6 +32,9 @@ EMULATION_TRANSPORT = {
     "rto_min": 50e-3,
     "rto_initial": 60e-3,
 }
+# Which of those are real-time hazards (seconds a process may wait for a CPU): at time dilation
+# N they shrink to 1/N in virtual time (contracts.clock.hazard); min_cwnd is bytes.
+HAZARD_KEYS = ("reorder_min", "rto_min", "rto_initial")
 # ... and min_cwnd is one full packet (max_payload): below one packet the sender paces at
 # srtt x size / cwnd; with an incast-inflated srtt a flow whose window was cut to 128 B by
 # trims sent one packet per ~250 ms and finished last (measured with 1400 B packets).
@@ -64,6 +68,10 @@ class EndpointConfig:
     bin_s: float = BIN_S
     stats_interval: float = 0.1
     flush_interval: float = 0.2
+    # Real seconds per virtual second (contracts.clock). Every time above that is a budget of
+    # the machine -- coalescing, catch-up, stats and flush intervals -- is in real seconds and
+    # is divided by it; bin_s and everything of the transport are virtual.
+    time_dilation: float = 1.0
     transport: dict = field(default_factory=dict)  # TransportConfig defaults for every job
 
     @classmethod
@@ -119,6 +127,10 @@ class EndpointConfig:
             v = getattr(cfg, key)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"config.{key}: expected an integer >= 1")
+        try:
+            cfg.time_dilation = check_dilation(cfg.time_dilation, "config.time_dilation")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         _check_transport(cfg.transport, "config.transport")
         return cfg
 
@@ -137,10 +149,12 @@ def _check_transport(overrides: object, path: str) -> None:
 
 def job_transport_config(cfg: EndpointConfig, req: dict) -> TransportConfig:
     """The TransportConfig of a job: process defaults, then the request's mode/evs/overrides."""
+    n = cfg.time_dilation
+    emulation = {k: v / n if k in HAZARD_KEYS else v for k, v in EMULATION_TRANSPORT.items()}
     params: dict = {
         "planes": cfg.planes,
         "max_payload": mrc_payload(cfg.mtu),
-        **EMULATION_TRANSPORT,
+        **emulation,
         **cfg.transport,
     }
     over = req.get("transport", {})

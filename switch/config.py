@@ -48,6 +48,9 @@ class SwitchConfig:
     trimmable_dscp: int = TRIMMABLE_DSCP
     trimmed_dscp: int = TRIMMED_DSCP
     control_dscp: int = CONTROL_DSCP
+    # Real seconds per virtual second (contracts.clock): rates, delays and timers above are
+    # virtual, the switch serves them N times slower.
+    time_dilation: float = 1.0
     mtu: int = DEFAULT_MTU  # of its ports: sizes the ring slots (switch.ring.frame_size_for)
 
     def to_json(self) -> str:
@@ -67,7 +70,9 @@ class SwitchConfig:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
 
-def switch_config(fabric: Fabric, name: str, seed: int = 1) -> SwitchConfig:
+def switch_config(
+    fabric: Fabric, name: str, seed: int = 1, time_dilation: float = 1.0
+) -> SwitchConfig:
     """The config of switch `name`; the ECMP seed differs per switch to avoid hash polarisation."""
     p = fabric.params
     node = fabric.nodes[name]
@@ -104,5 +109,6 @@ def switch_config(fabric: Fabric, name: str, seed: int = 1) -> SwitchConfig:
         trimmable_dscp=p.trimmable_dscp,
         trimmed_dscp=p.trimmed_dscp,
         control_dscp=p.control_dscp,
+        time_dilation=time_dilation,
         mtu=p.mtu,
     )

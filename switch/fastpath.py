@@ -17,7 +17,8 @@ themselves, with no frame object at all in the common case:
 - bytes 0..33 of the outgoing frame (the next hop's L2 header, the IPv4 header with TTL - 1
   and its checksum updated as RFC 1624 says) are built as one integer;
 - if the egress port is `direct` (carrier up, no gray failure, no delay) and idle -- its queue
-  and in-flight list empty and its serialisation would end within EARLY_S, exactly the test
+  and in-flight list empty and its serialisation would end within the early window
+  (`sw.early_s`), exactly the test
   `Port.offer` makes -- those 34 bytes and the rest of the frame are written straight into
   that port's tx ring slot;
 - every other case (anything malformed, a route not cached yet, a busy or impaired port,
@@ -35,7 +36,6 @@ import os
 from zlib import crc32
 
 from switch.fib import BUCKET_MASK
-from switch.port import CATCH_UP_S, EARLY_S
 from switch.ring import (
     TP_STATUS_AVAILABLE,
     TP_STATUS_KERNEL,
@@ -134,8 +134,8 @@ def forward_from_ring(sw, port, io: RingSocket, now: float, limit: int = 64) -> 
     slow = sw._receive_slow
     udp_flows = sw.udp_flows
     tcp_flows = sw.tcp_flows
-    soon = now + EARLY_S
-    floor = now - CATCH_UP_S
+    soon = now + sw.early_s
+    floor = now - sw.catch_up_s
     taken = 0
     nbytes = 0
     # The current run (see the docstring): its Port, tx ring and their state.
@@ -230,7 +230,7 @@ def forward_from_ring(sw, port, io: RingSocket, now: float, limit: int = 64) -> 
                     if r_u32[r_word] == TP_STATUS_AVAILABLE:
                         if r_spb != 0.0:
                             # Port.offer's own test: an idle link that ends this frame's
-                            # serialisation within EARLY_S sends it now, else it waits.
+                            # serialisation within the early window sends it now, else it waits.
                             if r_busy <= soon:
                                 busy = (r_busy if r_busy > floor else now) + n * r_spb
                                 if busy <= soon:

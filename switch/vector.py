@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from switch.port import CATCH_UP_S, EARLY_S
 from switch.ring import (
     TP_STATUS_AVAILABLE,
     TP_STATUS_KERNEL,
@@ -135,8 +134,8 @@ def forward_vector(sw, port, io: RingSocket, now: float) -> int:
             return 0
         hop_port[i] = port_of.setdefault(out, (len(port_of), l2h, tx))[0]
     which = hop_port[inverse]
-    soon = now + EARLY_S
-    floor = now - CATCH_UP_S
+    soon = now + sw.early_s
+    floor = now - sw.catch_up_s
     cut = k
     plans = []
     for out, (idx, l2h, tx) in port_of.items():

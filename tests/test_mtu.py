@@ -221,6 +221,7 @@ def test_the_emulation_budget_is_mostly_per_packet_so_a_larger_mtu_carries_more_
     data["topology"].update(spines=2, hosts_per_leaf=2)
     data["workload"] = {"kind": "permutation", "bytes": "20MB"}
     data["duration_s"] = 10
+    data["emulation"] = {"time_dilation": 1}  # real time: under auto the runner picks N
     small, jumbo = validate(data), validate({**data, "topology": {**data["topology"], "mtu": 9000}})
     assert frame_rate_pps(small) == pytest.approx(frame_rate_pps(jumbo) * 9014 / 1514)
     assert any(w.startswith("topology.link_mbps:") and "1514 B frames" in w for w in lint(small))

@@ -76,7 +76,7 @@ class TopologyParams:
             if not lo <= value <= hi:
                 raise TopologyError(f"{name}: must be between {lo} and {hi}, got {value}")
         floats = {
-            "link_mbps": (self.link_mbps, 0.0, 100_000.0),
+            "link_mbps": (self.link_mbps, 0.0, 800_000.0),  # 800G NICs, under dilation
             "delay_us": (self.delay_us, 0.0, 10_000_000.0),
             "queue_kb": (self.queue_kb, 1.5, 1_000_000.0),
         }

@@ -11,10 +11,12 @@ import sys
 
 from contracts.framing import MAX_MTU, MIN_MTU
 from contracts.project import __version__
+from testbed.analysis.validity import EXIT_INVALID
 from testbed.cli import fib
 from testbed.cli.commands import (
     CliError,
     cmd_bench,
+    cmd_calibrate,
     cmd_clean,
     cmd_cli,
     cmd_compare,
@@ -95,6 +97,14 @@ def _fabric_commands(sub, named) -> None:
     )
     up.add_argument("--seed", type=int, default=1, help="ECMP hash seeds derive from it")
     up.add_argument(
+        "--time-dilation",
+        type=float,
+        default=1.0,
+        metavar="N",
+        help="real seconds per virtual second: rates and delays are the datacenter's, served "
+        "N times slower (default 1; docs/fidelity.md)",
+    )
+    up.add_argument(
         "--switch-processes",
         choices=LAYOUTS,
         help="one switch process per switch node (the default) or one for all of them "
@@ -165,6 +175,16 @@ def _scenario_commands(sub) -> None:
             action="store_true",
             help="print the summary (plus out_dir, passed) as JSON on stdout; progress on stderr",
         )
+        rp.add_argument(
+            "--time-dilation",
+            metavar="auto|N",
+            help="override the scenario's emulation.time_dilation (docs/fidelity.md)",
+        )
+        rp.add_argument(
+            "--allow-invalid",
+            action="store_true",
+            help=f"exit by the expectations alone even if a run was invalid (else {EXIT_INVALID})",
+        )
         if cmd == "run":
             rp.add_argument("--transport", help="run this transport (or a,b,...) instead")
             rp.set_defaults(func=cmd_run)
@@ -178,7 +198,13 @@ def _scenario_commands(sub) -> None:
 
 
 def _bench_and_lab_commands(sub) -> None:
-    """bench (benchmarks with same-run baselines) and lab (list, check)."""
+    """bench (benchmarks with same-run baselines), calibrate and lab (list, check)."""
+    ca = sub.add_parser(
+        "calibrate",
+        help="measure the packet-hops per second this machine carries validly (for auto)",
+    )
+    ca.add_argument("--quick", action="store_true", help="smaller transfers (CI)")
+    ca.set_defaults(func=cmd_calibrate)
     be = sub.add_parser("bench", help="benchmarks with same-run baselines")
     be.add_argument("what", choices=["switch", "endpoint", "fabric", "failover"])
     be.add_argument("--json", action="store_true")
