@@ -23,9 +23,9 @@ from testbed.cli.app import build_parser, main
 from testbed.cli.commands import params_from_args
 from testbed.harness.endpoints import fabric_endpoint_config
 from testbed.scenario import (
-    EMULATION_BUDGET_PPS,
     ScenarioError,
     emulation_budget_mbps,
+    emulation_budget_pps,
     frame_rate_pps,
     lint,
     load_scenario,
@@ -211,12 +211,13 @@ def test_the_pacer_lets_a_jumbo_frame_through_a_slow_bucket() -> None:
 # ----- the emulator's budget -----------------------------------------------------------------
 
 
-def test_the_emulation_budget_is_in_packets_so_a_larger_mtu_carries_more_mbps() -> None:
-    assert EMULATION_BUDGET_PPS == pytest.approx(80e6 / 8 / 1494)  # as measured (1494 B frames)
-    assert emulation_budget_mbps(1500) == pytest.approx(81.07, abs=0.01)
-    assert emulation_budget_mbps(9000) == pytest.approx(482.6, abs=0.1)
-    # Four 100 Mbps flows (a permutation): too many packets at 1500, not at 9000.
-    data = with_topology(link_mbps=100)
+def test_the_emulation_budget_is_mostly_per_packet_so_a_larger_mtu_carries_more_mbps() -> None:
+    assert emulation_budget_pps(1500) == pytest.approx(6.66e3, rel=0.01)
+    assert emulation_budget_pps(9000) == pytest.approx(2.40e3, rel=0.01)  # a packet + its bytes
+    assert emulation_budget_mbps(1500) == pytest.approx(80.7, abs=0.1)  # 80 at 1494 B, measured
+    assert emulation_budget_mbps(9000) == pytest.approx(172.8, abs=0.1)
+    # Four 40 Mbps flows (a permutation): too many packets at 1500, not at 9000.
+    data = with_topology(link_mbps=40)
     data["topology"].update(spines=2, hosts_per_leaf=2)
     data["workload"] = {"kind": "permutation", "bytes": "20MB"}
     data["duration_s"] = 10

@@ -14,8 +14,9 @@ business (docs/scenario-format.md documents the format):
 from testbed.scenario.capacity import capacity_mbps, frame_rate_pps, ideal_completion_s
 from testbed.scenario.linting import (
     EMULATION_BUDGET_MBPS,
-    EMULATION_BUDGET_PPS,
+    PACKET_COST_BYTES,
     emulation_budget_mbps,
+    emulation_budget_pps,
     lint,
 )
 from testbed.scenario.scaling import QUICK_FACTOR, quick
@@ -43,7 +44,7 @@ from testbed.scenario.validation import ScenarioError, load_scenario, validate
 __all__ = [
     "ACTIONS",
     "EMULATION_BUDGET_MBPS",
-    "EMULATION_BUDGET_PPS",
+    "PACKET_COST_BYTES",
     "FAILURE_ACTIONS",
     "QUICK_FACTOR",
     "RECOVERY_ACTIONS",
@@ -63,6 +64,7 @@ __all__ = [
     "Workload",
     "capacity_mbps",
     "emulation_budget_mbps",
+    "emulation_budget_pps",
     "flows",
     "frame_rate_pps",
     "ideal_completion_s",

@@ -3,7 +3,7 @@
 `capacity_mbps` is the ideal-multipath goodput that `min_goodput_fraction` is measured against
 (and, after a prefix of the timeline, what a damaged fabric can still carry, which caps the
 failover target); `ideal_completion_s` is how long the workload needs at best; `frame_rate_pps`
-is what that asks of the emulator, which pays per packet, so it depends on the MTU.
+is what that asks of the emulator, which pays mostly per packet, so it depends on the MTU.
 """
 
 from __future__ import annotations
@@ -154,6 +154,6 @@ def ideal_completion_s(sc: Scenario) -> float:
 
 def frame_rate_pps(sc: Scenario) -> float:
     """Full frames per second the workload's flows put through the healthy fabric at their
-    ideal aggregate rate, at the scenario's MTU: the emulator's work, which is per packet (the
-    same Mbps at MTU 9000 is a sixth of the packets at 1500)."""
+    ideal aggregate rate, at the scenario's MTU: most of the emulator's work is per packet (the
+    same Mbps at MTU 9000 is a sixth of the packets at 1500; see scenario.linting)."""
     return capacity_mbps(sc) * 1e6 / 8 / max_frame_bytes(sc.topology.mtu)

@@ -19,15 +19,28 @@ the endpoints' timers get late) before its sockets overflow.
 """
 BUDGET_FRAME_BYTES = 1494
 """The full data frames of those runs (1400 B of message, MTU 1500)."""
-EMULATION_BUDGET_PPS = EMULATION_BUDGET_MBPS * 1e6 / 8 / BUDGET_FRAME_BYTES
-"""The same budget in full frames per second (6.7 kpps): what the emulator pays for is packets
-(switch and endpoint work is per packet; a frame's bytes are one copy), so a larger MTU buys
-proportionally more Mbps (`emulation_budget_mbps`)."""
+PACKET_COST_BYTES = 2700
+"""What a packet costs the emulator beyond its bytes, in bytes of frame: the emulator's CPU
+per data packet (both endpoints and three switches, its ACK included) was 110 µs + 0.041 µs
+per frame byte -- 173 µs at MTU 1500, 484 µs at 9000, medians of 5 and 6 runs (20 MB MRC
+bulk at 100 Mbps, 1 spine and 2 leaves, on this 2-core machine under other people's load;
+docs/performance.md, "MTU"). So a packet is not all the cost: a 9014-byte frame cost 2.8x a
+1514-byte one, and a byte at MTU 9000 costs 0.44x what it costs at 1500."""
+EMULATION_WORK = (
+    EMULATION_BUDGET_MBPS * 1e6 / 8 / BUDGET_FRAME_BYTES * (PACKET_COST_BYTES + BUDGET_FRAME_BYTES)
+)
+"""The budget as work per second, in `PACKET_COST_BYTES + frame bytes` per full frame."""
+
+
+def emulation_budget_pps(mtu: int) -> float:
+    """Full frames per second of MTU `mtu` the emulator is budgeted to carry: 6.7 k at 1500,
+    2.4 k at 9000."""
+    return EMULATION_WORK / (PACKET_COST_BYTES + max_frame_bytes(mtu))
 
 
 def emulation_budget_mbps(mtu: int) -> float:
-    """`EMULATION_BUDGET_PPS` in Mbps of full frames at `mtu`: 81 at 1500, 483 at 9000."""
-    return EMULATION_BUDGET_PPS * max_frame_bytes(mtu) * 8 / 1e6
+    """`emulation_budget_pps(mtu)` in Mbps of full frames: 81 at 1500, 173 at 9000."""
+    return emulation_budget_pps(mtu) * max_frame_bytes(mtu) * 8 / 1e6
 
 
 def lint(sc: Scenario) -> list[str]:
@@ -53,12 +66,12 @@ def lint(sc: Scenario) -> list[str]:
             f"{done:.2f} s (at 70% efficiency {done / 0.7:.2f} s)"
         )
     agg = capacity_mbps(sc)
+    mtu = sc.topology.mtu
     pps = frame_rate_pps(sc)
     n = sc.emulation.time_dilation
-    if n != "auto" and pps > EMULATION_BUDGET_PPS * n:
+    if n != "auto" and pps > emulation_budget_pps(mtu) * n:
         # Under `auto` the runner picks N for the workload and judges the run; a given N can
         # be too small, which this says before the run does.
-        mtu = sc.topology.mtu
         out.append(
             f"topology.link_mbps: the workload can reach {agg:g} Mbps in aggregate "
             f"({pps / 1000:.1f} kpps of {max_frame_bytes(mtu)} B frames), more than the "
