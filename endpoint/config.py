@@ -21,6 +21,7 @@ from contracts.dscp import (
     check_dscps,
     tos,
 )
+from contracts.framing import DEFAULT_MTU, MAX_MTU, mrc_payload
 from endpoint.psn import MAX_WINDOW
 
 # RoCEv2 (IBTA Annex A17) takes a QP's UDP source port, its entropy, from 0xC000-0xFFFF.
@@ -61,7 +62,9 @@ class TransportConfig:
     ev_seed: int | None = None
     planes: int = 1  # EV i uses plane i % planes
     single_path_ev_index: int = 0  # which of the EVs single-path mode uses
-    max_payload: int = 1400  # bytes of message per packet (1494 B frames)
+    # Bytes of message per packet: a full packet fills the MTU (contracts.framing.mrc_payload:
+    # 1420 B in 1514 B frames at 1500); the endpoint process sets it from its NICs' MTU.
+    max_payload: int = mrc_payload(DEFAULT_MTU)
     window_psns: int = 4096  # receiver PSN window == most PSNs a sender has outstanding
 
     # Congestion control (endpoint.cc).
@@ -130,8 +133,8 @@ class TransportConfig:
             raise ValueError(f"ev_seed must be an integer or None, got {self.ev_seed!r}")
         if not 0 <= self.single_path_ev_index < self.num_evs:
             raise ValueError("single_path_ev_index out of range")
-        if not 1 <= self.max_payload <= 9000:
-            raise ValueError("max_payload must be 1..9000")
+        if not 1 <= self.max_payload <= mrc_payload(MAX_MTU):
+            raise ValueError(f"max_payload must be 1..{mrc_payload(MAX_MTU)}")
         if not 1 <= self.window_psns <= MAX_WINDOW:
             raise ValueError(f"window_psns must be 1..{MAX_WINDOW}")
         if not 0 < self.min_cwnd <= self.init_cwnd <= self.max_cwnd:

@@ -41,7 +41,13 @@ Handler = Callable[[dict, ControlConnection, float], dict | None]
 class ControlServer:
     """The control socket at ``path`` and its clients; requests go to ``handlers[op]``."""
 
-    def __init__(self, path: str, handlers: Mapping[str, Handler]) -> None:
+    def __init__(
+        self,
+        path: str,
+        handlers: Mapping[str, Handler],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.clock = clock  # the process's (virtual) clock: handlers get its `now`
         missing = [op for op in OPS if op not in handlers]
         if missing:
             raise ValueError(f"no handler for {', '.join(missing)}")
@@ -138,7 +144,7 @@ class ControlServer:
         for line in lines:
             try:
                 req = parse_request(line)
-                reply = self.handlers[req["op"]](req, c, time.monotonic())
+                reply = self.handlers[req["op"]](req, c, self.clock())
             except ValueError as exc:  # ConfigError and WorkloadError are ValueErrors too
                 reply = {"ok": False, "error": str(exc)}
             if reply is not None:

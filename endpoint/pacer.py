@@ -15,19 +15,28 @@ from __future__ import annotations
 
 from collections import deque
 
-from contracts.framing import FRAME_OVERHEAD
+from contracts.framing import FRAME_OVERHEAD, max_frame_bytes
 
 
 class Pacer:
     """Token bucket per NIC in frame bytes; control packets are sent ahead of waiting data."""
 
     def __init__(
-        self, mbps: float, planes: int, burst_frames: int, now: float, burst_s: float = 0.0
+        self,
+        mbps: float,
+        planes: int,
+        burst_frames: int,
+        now: float,
+        burst_s: float = 0.0,
+        frame_bytes: int = max_frame_bytes(),
     ) -> None:
+        """`frame_bytes`: the largest frame the NICs carry (MTU + 14); the bucket must hold
+        one, or such a frame would never leave."""
         self.rate = mbps * 1e6 / 8  # bytes per second
+        self.frame_bytes = frame_bytes
         # Deep enough to cover a coalesced sleep or a late wake-up: tokens that overflow the
         # bucket are lost rate.
-        self.burst = max(burst_frames * 1500.0, self.rate * burst_s)
+        self.burst = max(burst_frames * float(frame_bytes), self.rate * burst_s)
         self.tokens = [self.burst] * planes
         self.last = [now] * planes
         self.data: list[deque] = [deque() for _ in range(planes)]
@@ -65,8 +74,10 @@ class Pacer:
     def data_queued(self) -> int:
         return sum(len(q) for q in self.data)
 
-    def frames_now(self, now: float, size: int = 1500) -> int:
-        """How many frames of `size` bytes the buckets of every NIC would let go at `now`."""
+    def frames_now(self, now: float, size: int | None = None) -> int:
+        """How many frames of `size` bytes (default: full ones) the buckets of every NIC would
+        let go at `now`."""
+        size = size or self.frame_bytes
         n = 0
         for plane, tokens in enumerate(self.tokens):
             n += int(min(self.burst, tokens + (now - self.last[plane]) * self.rate) // size)

@@ -10,6 +10,11 @@ data sockets, the control socket and its clients, and a self-pipe for signals. E
 5. account placed bytes into 10 ms bins, write metrics, answer waiting ``wait`` requests;
 6. sleep until the earliest of: transport timer, pacer slot, metrics flush, wait deadline.
 
+Its clock is virtual (contracts.clock): monotonic / N at time dilation N, so the transport's
+timers, the pacer and the metrics all run in the datacenter's time; select() sleeps N times
+the virtual interval, and the machine's own budgets (coalescing, catch-up, stats and flush
+intervals, a wait request's timeout) are real seconds, divided by N where they meet the clock.
+
 Its parts live beside it: the config in `endpoint.process_config`, the pacer (and why the
 transport is asked for only what the pacer lets go now) in `endpoint.pacer`, the control
 socket's server in `endpoint.control_server`.
@@ -26,6 +31,8 @@ import socket
 import time
 from collections import deque
 
+from contracts.clock import virtual_clock
+from contracts.framing import max_frame_bytes
 from endpoint import udp_io
 from endpoint.control_server import ControlConnection, ControlServer
 from endpoint.metrics import DeliveryBins, MetricsWriter, rtt_summary
@@ -54,6 +61,8 @@ class EndpointProcess:
         self.hosts = list(cfg.hosts)
         self.addrs = cfg.hosts[host]
         self.control_path = control_path
+        self.dilation = cfg.time_dilation
+        self.clock = virtual_clock(self.dilation)
         self.metrics = MetricsWriter(metrics_path)
         self.bins = DeliveryBins(cfg.bin_s)
         self.ep = Endpoint(job_transport_config(cfg, {}))
@@ -63,14 +72,15 @@ class EndpointProcess:
         self.stop_reason = ""
         self._fds_open: list = []
         self._open_sockets()
-        now = time.monotonic()
+        now = self.clock()
         self.pacer = (
             Pacer(
                 cfg.pace_mbps,
                 cfg.planes,
                 cfg.pace_burst,
                 now,
-                max(2 * cfg.rx_coalesce_us, cfg.pace_catch_up_us) * 1e-6,
+                max(2 * cfg.rx_coalesce_us, cfg.pace_catch_up_us) * 1e-6 / self.dilation,
+                frame_bytes=max_frame_bytes(cfg.mtu),
             )
             if cfg.pace_mbps > 0
             else None
@@ -86,9 +96,11 @@ class EndpointProcess:
         self._ev_seen: dict[int, int] = {}  # qp -> ev transitions already written
         self._rtt_seen: dict[int, float] = {}  # qp -> time of the last RTT sample written
         self._counters_sig: dict[int, int] = {}
-        self._next_flush = now + cfg.flush_interval
+        self.flush_interval = cfg.flush_interval / self.dilation  # real budgets, in virtual time
+        self.stats_interval = cfg.stats_interval / self.dilation
+        self._next_flush = now + self.flush_interval
         self._next_bin = (int(now / cfg.bin_s) + 1) * cfg.bin_s
-        self._next_stats = now + cfg.stats_interval
+        self._next_stats = now + self.stats_interval
         self.metrics.write(
             {
                 "type": "start",
@@ -100,6 +112,7 @@ class EndpointProcess:
                 "io": cfg.io,
                 "pace_mbps": cfg.pace_mbps,
                 "port": cfg.port,
+                "time_dilation": self.dilation,
             }
         )
         self.metrics.flush()
@@ -128,6 +141,7 @@ class EndpointProcess:
                 "stats": self._stats,
                 "stop": self._stop,
             },
+            clock=self.clock,
         )
         self.tx = udp_io.open_sender(self.cfg.io, self.addrs, self.cfg.port)
         self._rlist: list = []
@@ -151,8 +165,8 @@ class EndpointProcess:
         rx_set = set(rx)
         batch: list = []
         rx_batch = self.cfg.rx_batch
-        coalesce = self.cfg.rx_coalesce_us * 1e-6
-        mono = time.monotonic
+        coalesce = self.cfg.rx_coalesce_us * 1e-6 / self.dilation
+        mono = self.clock
         t_next = None
         busy = False  # the last read found datagrams: poll on a timer instead of waking per packet
         try:
@@ -205,7 +219,8 @@ class EndpointProcess:
             if wake < deadline:
                 deadline = wake
         if self.tx.backlog:
-            deadline = min(deadline, now + 200e-6)  # socket buffer full: retry soon
+            # socket buffer full: retry soon (200 real us)
+            deadline = min(deadline, now + 200e-6 / self.dilation)
         if polling:
             # Interrupt moderation (as NAPI): while packets keep coming, sleep a fixed
             # interval with the data sockets unwatched and then read all that arrived.
@@ -223,7 +238,7 @@ class EndpointProcess:
             self._rlist = [*self.rx, *self._ctl_rlist]
             control.fds_dirty = False
         wlist = control.writers() if control.pending_out else []
-        timeout = deadline - time.monotonic()
+        timeout = (deadline - self.clock()) * self.dilation
         readable, writable, _ = select.select(
             self._ctl_rlist if polling else self._rlist,
             wlist,
@@ -353,13 +368,13 @@ class EndpointProcess:
         for qp, job in self.job_of_qp.items():
             self._write_paths(qp, job, now)
         if now >= self._next_stats:
-            self._next_stats = now + self.cfg.stats_interval
+            self._next_stats = now + self.stats_interval
             for job in self.jobs.values():
                 if job.go_at is not None and not job.done:
                     self._write_counters(job, now, only_changed=True)
         self.control.answer_waits(self.jobs, now)
         if now >= self._next_flush:
-            self._next_flush = now + self.cfg.flush_interval
+            self._next_flush = now + self.flush_interval
             w.flush()
 
     def _write_paths(self, qp: int, job: Job, now: float) -> None:
@@ -456,12 +471,12 @@ class EndpointProcess:
 
     def _wait(self, req: dict, c: ControlConnection, now: float) -> dict | None:
         job = self._job(req)
-        timeout = req.get("timeout", 60.0)
+        timeout = req.get("timeout", 60.0)  # real seconds: how long the caller will wait
         if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout < 0:
             raise ValueError("timeout: expected seconds >= 0")
         if job.done:
             return {"ok": True, "done": True, "status": job.status()}
-        self.control.wait(c, job.job_id, now + timeout)
+        self.control.wait(c, job.job_id, now + timeout / self.dilation)
         return None
 
     def _stop(self, req: dict, c: ControlConnection, now: float) -> dict:
@@ -536,7 +551,9 @@ class EndpointProcess:
             "tx_errors": self.tx.errors,
             "tx_sockets": self.tx.fileno_count(),
             "loops": self.loops,
-            "timer_late_us_p99": p99,
+            "timer_late_us_p99": p99,  # virtual microseconds
+            "timer_late_samples": len(late),
+            "time_dilation": self.dilation,
             "endpoint_drops": dict(self.ep.drops),
         }
 
@@ -555,7 +572,7 @@ class EndpointProcess:
     # ----- shutdown -------------------------------------------------------------------------
 
     def _shutdown(self) -> None:
-        now = time.monotonic()
+        now = self.clock()
         self._sample_placed(now)
         w = self.metrics
         w.write_all(self.bins.take())

@@ -9,6 +9,8 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass, field, fields
 
+from contracts.clock import check_dilation
+from contracts.framing import DEFAULT_MTU, check_mtu, mrc_payload
 from contracts.ports import ROCEV2_UDP_PORT
 from endpoint import udp_io
 from endpoint.config import Mode, TransportConfig
@@ -20,7 +22,7 @@ _TRANSPORT_FIELDS = {f.name for f in fields(TransportConfig)}
 # network delays a packet. On the emulated fabric every switch and endpoint is a Python process
 # sharing two cores, and a process can wait for the CPU for tens of milliseconds; measured there
 # (docs/transport.md, "Endpoint process"), these replace four defaults in every job unless the
-# config or the start request sets them:
+# config or the start request sets them (and min_cwnd, see job_transport_config):
 EMULATION_TRANSPORT = {
     # Sprayed packets overtake each other by a few ms when a spine process is descheduled; a
     # 200 us RACK allowance retired ~1 healthy EV per 50 packets and resent their packets.
@@ -29,10 +31,13 @@ EMULATION_TRANSPORT = {
     # RTO fired spuriously and retired every EV of the expired packets.
     "rto_min": 50e-3,
     "rto_initial": 60e-3,
-    # Below one packet the sender paces at srtt x size / cwnd; with an incast-inflated srtt a
-    # flow whose window was cut to 128 B by trims sent one packet per ~250 ms and finished last.
-    "min_cwnd": 1400,
 }
+# Which of those are real-time hazards (seconds a process may wait for a CPU): at time dilation
+# N they shrink to 1/N in virtual time (contracts.clock.hazard); min_cwnd is bytes.
+HAZARD_KEYS = ("reorder_min", "rto_min", "rto_initial")
+# ... and min_cwnd is one full packet (max_payload): below one packet the sender paces at
+# srtt x size / cwnd; with an incast-inflated srtt a flow whose window was cut to 128 B by
+# trims sent one packet per ~250 ms and finished last (measured with 1400 B packets).
 
 
 class ConfigError(ValueError):
@@ -44,6 +49,10 @@ class EndpointConfig:
     """What every endpoint of a fabric shares (the ``--config`` JSON)."""
 
     hosts: dict[str, list[str]]  # host -> its NIC addresses, plane 1 first (config order = index)
+    # IP MTU of the NICs (the fabric's topology.mtu): a job's packets fill it (max_payload
+    # defaults to contracts.framing.mrc_payload(mtu)) and never exceed it (the kernel would
+    # fragment them); the pacer's bucket holds full frames of it.
+    mtu: int = DEFAULT_MTU
     port: int = ROCEV2_UDP_PORT
     io: str = "udp"
     pace_mbps: float = 0.0  # 0 = no pacing
@@ -59,6 +68,10 @@ class EndpointConfig:
     bin_s: float = BIN_S
     stats_interval: float = 0.1
     flush_interval: float = 0.2
+    # Real seconds per virtual second (contracts.clock). Every time above that is a budget of
+    # the machine -- coalescing, catch-up, stats and flush intervals -- is in real seconds and
+    # is divided by it; bin_s and everything of the transport are virtual.
+    time_dilation: float = 1.0
     transport: dict = field(default_factory=dict)  # TransportConfig defaults for every job
 
     @classmethod
@@ -90,6 +103,9 @@ class EndpointConfig:
             planes = len(addrs)
             hosts[h] = list(addrs)
         cfg = cls(**{k: v for k, v in obj.items()})
+        problem = check_mtu(cfg.mtu)
+        if problem:
+            raise ConfigError(f"config.{problem}")
         if not isinstance(cfg.port, int) or not 0 < cfg.port < 65536:
             raise ConfigError("config.port: expected a UDP port")
         if cfg.io not in udp_io.IO_KINDS:
@@ -111,6 +127,10 @@ class EndpointConfig:
             v = getattr(cfg, key)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"config.{key}: expected an integer >= 1")
+        try:
+            cfg.time_dilation = check_dilation(cfg.time_dilation, "config.time_dilation")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         _check_transport(cfg.transport, "config.transport")
         return cfg
 
@@ -129,10 +149,25 @@ def _check_transport(overrides: object, path: str) -> None:
 
 def job_transport_config(cfg: EndpointConfig, req: dict) -> TransportConfig:
     """The TransportConfig of a job: process defaults, then the request's mode/evs/overrides."""
-    params: dict = {"planes": cfg.planes, **EMULATION_TRANSPORT, **cfg.transport}
+    n = cfg.time_dilation
+    emulation = {k: v / n if k in HAZARD_KEYS else v for k, v in EMULATION_TRANSPORT.items()}
+    params: dict = {
+        "planes": cfg.planes,
+        "max_payload": mrc_payload(cfg.mtu),
+        **emulation,
+        **cfg.transport,
+    }
     over = req.get("transport", {})
     _check_transport(over, "transport")
     params.update(over)
+    payload = params["max_payload"]
+    if isinstance(payload, int) and payload > mrc_payload(cfg.mtu):
+        where = "transport" if "max_payload" in over else "config.transport"
+        raise ConfigError(
+            f"{where}.max_payload: {payload} B does not fit the MTU {cfg.mtu} "
+            f"(at most {mrc_payload(cfg.mtu)})"
+        )
+    params.setdefault("min_cwnd", payload)  # one full packet (EMULATION_TRANSPORT)
     if "mode" in req:
         params["mode"] = req["mode"]
     if "evs" in req:

@@ -21,7 +21,7 @@ from switch.config import SwitchConfig
 from switch.control import ControlServer
 from switch.dataplane import Switch
 from switch.queueing import TRIM_DECISION_ENV
-from switch.ring import RX_FRAMES, TX_FRAMES, RingSocket, ring_frames_for
+from switch.ring import RX_FRAMES, TX_FRAMES, RingSocket, frame_size_for, ring_frames_for
 
 if TYPE_CHECKING:
     from switch.netns import Netns
@@ -36,14 +36,15 @@ def _die_with_parent() -> None:
 
 
 def _open_switch(config: SwitchConfig, netns: Netns | None, ring_frames: int | None) -> Switch:
+    size = frame_size_for(config.mtu)  # its ports' MTU, so that no frame arrives truncated
     if ring_frames is None:
-        rx, tx = ring_frames_for(len(config.ports))
+        rx, tx = ring_frames_for(len(config.ports), size)
     else:
         rx, tx = ring_frames, TX_FRAMES
 
     def open_port(name: str) -> RingSocket:
         with netns.entered() if netns is not None else nullcontext():
-            ring = RingSocket(name, rx, tx)
+            ring = RingSocket(name, rx, tx, size)
         ring.netns = netns
         return ring
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from contracts.defaults import ECMP_HASH, TRIM_BYTES, TRIMMING
 from contracts.dscp import CONTROL_DSCP, TRIMMABLE_DSCP, TRIMMED_DSCP
+from contracts.framing import DEFAULT_MTU
 from topologies import Fabric
 
 
@@ -48,6 +49,10 @@ class SwitchConfig:
     trimmed_dscp: int = TRIMMED_DSCP
     control_dscp: int = CONTROL_DSCP
     ecmp_hash: str = ECMP_HASH  # "mixed" or "crc" (switch.fib.Fib.flow_hash)
+    # Real seconds per virtual second (contracts.clock): rates, delays and timers above are
+    # virtual, the switch serves them N times slower.
+    time_dilation: float = 1.0
+    mtu: int = DEFAULT_MTU  # of its ports: sizes the ring slots (switch.ring.frame_size_for)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -66,7 +71,9 @@ class SwitchConfig:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
 
-def switch_config(fabric: Fabric, name: str, seed: int = 1) -> SwitchConfig:
+def switch_config(
+    fabric: Fabric, name: str, seed: int = 1, time_dilation: float = 1.0
+) -> SwitchConfig:
     """The config of switch `name`; the ECMP seed differs per switch to avoid hash polarisation
     (with the `mixed` hash; the `crc` one only permutes every flow's bucket alike)."""
     p = fabric.params
@@ -105,4 +112,6 @@ def switch_config(fabric: Fabric, name: str, seed: int = 1) -> SwitchConfig:
         trimmed_dscp=p.trimmed_dscp,
         control_dscp=p.control_dscp,
         ecmp_hash=p.ecmp_hash,
+        time_dilation=time_dilation,
+        mtu=p.mtu,
     )

@@ -14,11 +14,12 @@ import time
 from collections.abc import Callable
 from zlib import crc32
 
+from contracts.clock import check_dilation
 from contracts.defaults import prio_limit_bytes
 from switch import fastpath, frames
 from switch.config import SwitchConfig
 from switch.fib import BUCKET_MASK, Fib, mix32
-from switch.port import Port
+from switch.port import Port, egress_timing
 from switch.queueing import TrimmingQueue, decision_from_env
 
 NO_ROUTE = "no_route"
@@ -108,8 +109,20 @@ class Switch:
         self.tx_rings = fastpath.tx_rings(self.io)
         self._seed = self.fib.seed
         self._mixed = self.fib.mixed
+        self.set_dilation(config.time_dilation)
         self.fast = True
         self.running = True
+
+    def set_dilation(self, dilation: float) -> None:
+        """Run at time dilation `dilation`: the loop's clock reads virtual seconds, and every
+        port's early window and catch-up budget follow (switch.port.egress_timing)."""
+        self.dilation = check_dilation(dilation, "time_dilation")
+        shaped = [p.sec_per_byte for p in self.ports if p.sec_per_byte > 0.0]
+        frame = self.config.mtu + 14  # a full frame of this fabric
+        serialisation = frame * min(shaped) if shaped else 0.0
+        self.early_s, self.catch_up_s = egress_timing(self.dilation, serialisation)
+        for p in self.ports:
+            p.early, p.catch_up = self.early_s, self.catch_up_s
 
     # ----- forwarding -------------------------------------------------------------------------
 
@@ -319,7 +332,11 @@ class Switch:
             "loop_wakeups": self.loop_wakeups,
             "vector_frames": self.vector_frames,
             "vector_bursts": self.vector_bursts,
+            # Virtual microseconds by which the loop served a due egress event late.
             "timer_late_us_p99": late[int(0.99 * (len(late) - 1))] if late else 0.0,
+            "timer_late_samples": len(late),
+            "time_dilation": self.dilation,
+            "early_us": self.early_s * 1e6,
             "cpu_s": sum(os.times()[:2]),
         }
 

@@ -17,7 +17,8 @@ themselves, with no frame object at all in the common case:
 - bytes 0..33 of the outgoing frame (the next hop's L2 header, the IPv4 header with TTL - 1
   and its checksum updated as RFC 1624 says) are built as one integer;
 - if the egress port is `direct` (carrier up, no gray failure, no delay) and idle -- its queue
-  and in-flight list empty and its serialisation would end within EARLY_S, exactly the test
+  and in-flight list empty and its serialisation would end within the early window
+  (`sw.early_s`), exactly the test
   `Port.offer` makes -- those 34 bytes and the rest of the frame are written straight into
   that port's tx ring slot;
 - every other case (anything malformed, a route not cached yet, a busy or impaired port,
@@ -35,14 +36,12 @@ import os
 from zlib import crc32
 
 from switch.fib import BUCKET_MASK, mix32
-from switch.port import CATCH_UP_S, EARLY_S
 from switch.ring import (
     TP_STATUS_AVAILABLE,
     TP_STATUS_KERNEL,
     TP_STATUS_SEND_REQUEST,
     TP_STATUS_USER,
     TX_DATA_OFF,
-    WORDS_PER_FRAME,
     RingSocket,
 )
 
@@ -121,10 +120,8 @@ def forward_from_ring(sw, port, io: RingSocket, now: float, limit: int = 64) -> 
             sw.receive_batch(port, batch, now)
             io.release()
         return n
-    if (
-        VECTOR
-        and io.u32[((io.head + VEC_MIN - 1) % io.frame_nr) * WORDS_PER_FRAME] & TP_STATUS_USER
-    ):
+    wpf = io.words_per_frame  # every ring of a switch has slots of one size (switch.ring)
+    if VECTOR and io.u32[((io.head + VEC_MIN - 1) % io.frame_nr) * wpf] & TP_STATUS_USER:
         taken = forward_vector(sw, port, io, now)  # a deep burst is waiting
         if taken:
             sw.vector_frames += taken
@@ -134,13 +131,13 @@ def forward_from_ring(sw, port, io: RingSocket, now: float, limit: int = 64) -> 
     mv = io.mv
     u32 = io.u32
     u16 = io.u16
-    word = io.head * WORDS_PER_FRAME  # the next rx slot's tpacket2_hdr, in 32-bit words
-    rx_end = io.frame_nr * WORDS_PER_FRAME
+    word = io.head * wpf  # the next rx slot's tpacket2_hdr, in 32-bit words
+    rx_end = io.frame_nr * wpf
     slow = sw._receive_slow
     udp_flows = sw.udp_flows
     tcp_flows = sw.tcp_flows
-    soon = now + EARLY_S
-    floor = now - CATCH_UP_S
+    soon = now + sw.early_s
+    floor = now - sw.catch_up_s
     taken = 0
     nbytes = 0
     # The current run (see the docstring): its Port, tx ring and their state.
@@ -152,9 +149,9 @@ def forward_from_ring(sw, port, io: RingSocket, now: float, limit: int = 64) -> 
         # tpacket2_hdr at `word`: status, len, snaplen, mac(16), net(16)
         if not u32[word] & TP_STATUS_USER:
             if taken == 0 and not io.held:
-                io.head = word // WORDS_PER_FRAME
+                io.head = word // wpf
                 if io._skip_stuck_slot(word * 4):
-                    word = io.head * WORDS_PER_FRAME
+                    word = io.head * wpf
                     continue
             break
         n = u32[word + 1]
@@ -192,7 +189,7 @@ def forward_from_ring(sw, port, io: RingSocket, now: float, limit: int = 64) -> 
                     hop = _decide(sw, h, mv[off : off + n], proto, None)
             if hop is None:
                 if run is not None:
-                    r_tx.tx_head = r_word // WORDS_PER_FRAME
+                    r_tx.tx_head = r_word // wpf
                     r_tx.tx_pending += r_pkts
                     run.busy_until = r_busy
                     c = run.counters
@@ -211,7 +208,7 @@ def forward_from_ring(sw, port, io: RingSocket, now: float, limit: int = 64) -> 
                     h = l2h | (h - _TTL_ONE) & ~_CHECKSUM | ((mid & 0xFFFF) - 0xFEFF) << 64
                 if out is not run:
                     if run is not None:
-                        r_tx.tx_head = r_word // WORDS_PER_FRAME
+                        r_tx.tx_head = r_word // wpf
                         r_tx.tx_pending += r_pkts
                         run.busy_until = r_busy
                         c = run.counters
@@ -225,8 +222,8 @@ def forward_from_ring(sw, port, io: RingSocket, now: float, limit: int = 64) -> 
                         r_tx = tx
                         r_mm = tx.tx_mm
                         r_u32 = tx.tx_u32
-                        r_word = tx.tx_head * WORDS_PER_FRAME
-                        r_end = tx.tx_nr * WORDS_PER_FRAME
+                        r_word = tx.tx_head * wpf
+                        r_end = tx.tx_nr * wpf
                         r_spb = out.sec_per_byte
                         r_busy = out.busy_until
                         r_pkts = r_bytes = 0
@@ -235,7 +232,7 @@ def forward_from_ring(sw, port, io: RingSocket, now: float, limit: int = 64) -> 
                     if r_u32[r_word] == TP_STATUS_AVAILABLE:
                         if r_spb != 0.0:
                             # Port.offer's own test: an idle link that ends this frame's
-                            # serialisation within EARLY_S sends it now, else it waits.
+                            # serialisation within the early window sends it now, else it waits.
                             if r_busy <= soon:
                                 busy = (r_busy if r_busy > floor else now) + n * r_spb
                                 if busy <= soon:
@@ -249,14 +246,14 @@ def forward_from_ring(sw, port, io: RingSocket, now: float, limit: int = 64) -> 
                             r_mm[start + 34 : start + n] = mv[off + 34 : off + n]
                             r_u32[r_word + 1] = n  # tp_len (tx reads no snaplen)
                             r_u32[r_word] = TP_STATUS_SEND_REQUEST  # the kernel's at the flush
-                            r_word += WORDS_PER_FRAME
+                            r_word += wpf
                             if r_word == r_end:
                                 r_word = 0
                             r_pkts += 1
                             r_bytes += n
                 if not sent:
                     if run is not None:
-                        r_tx.tx_head = r_word // WORDS_PER_FRAME
+                        r_tx.tx_head = r_word // wpf
                         r_tx.tx_pending += r_pkts
                         run.busy_until = r_busy
                         c = run.counters
@@ -267,17 +264,17 @@ def forward_from_ring(sw, port, io: RingSocket, now: float, limit: int = 64) -> 
                     frame[0:34] = h.to_bytes(34, "big")
                     out.offer(frame, now)
         u32[word] = TP_STATUS_KERNEL  # nothing refers to the slot any more
-        word += WORDS_PER_FRAME
+        word += wpf
         if word == rx_end:
             word = 0
     if run is not None:
-        r_tx.tx_head = r_word // WORDS_PER_FRAME
+        r_tx.tx_head = r_word // wpf
         r_tx.tx_pending += r_pkts
         run.busy_until = r_busy
         c = run.counters
         c.tx_packets += r_pkts
         c.tx_bytes += r_bytes
-    io.head = word // WORDS_PER_FRAME
+    io.head = word // wpf
     if taken:
         io.stuck_since = 0.0
         c = port.counters

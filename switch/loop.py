@@ -13,13 +13,18 @@ rounds to milliseconds) with epoll's cost, which does not grow with the number o
 then drains every readable ring in bursts of 64, services the egress ports whose time has
 come, hands each port's queued tx slots to the kernel with one send(), and asks epoll again,
 without waiting, which rings that work has filled; it sleeps only when none has.
+
+The loop's clock is virtual (contracts.clock): monotonic / N at time dilation N. It sleeps N
+times the virtual interval to the next event, and records how late (in virtual time) it served
+a due egress event, both after a timed sleep and when work kept it busy past the deadline:
+that lateness is what the run's validity verdict judges.
 """
 
 from __future__ import annotations
 
 import select
-import time
 
+from contracts.clock import virtual_clock
 from switch import fastpath
 from switch.control import ControlServer
 from switch.dataplane import Switch
@@ -27,6 +32,13 @@ from switch.port import Port
 
 BURST = 64  # frames from one ring before the next ring's turn: no port starves another
 LATE_SAMPLES = 4096
+
+
+def _record_late(switches: list[Switch], late_us: float) -> None:
+    for sw in switches:
+        if len(sw.late_us) >= LATE_SAMPLES:
+            del sw.late_us[: LATE_SAMPLES // 2]
+        sw.late_us.append(late_us)
 
 
 def run(members: list[tuple[Switch, ControlServer | None]]) -> None:
@@ -47,14 +59,15 @@ def run(members: list[tuple[Switch, ControlServer | None]]) -> None:
     epfd = [poller.fileno()]
     ready = poller.poll
     forward = fastpath.forward_from_ring
-    monotonic = time.monotonic
+    dilation = switches[0].dilation if switches else 1.0
+    monotonic = virtual_clock(dilation)
     wait = select.select
     service = Switch._service
     deadline: float | None = None
     everything = list(entries)  # when a timer is due: every ring once, without asking
     while all(sw.running for sw in switches):
         now = monotonic()
-        timeout = 1.0 if deadline is None else max(0.0, deadline - now)
+        timeout = 1.0 if deadline is None else max(0.0, (deadline - now) * dilation)
         if timeout > 0.0:
             # select() on the epoll descriptor: microsecond timeouts (epoll_wait's are whole
             # milliseconds) at the cost of one descriptor, however many ports there are.
@@ -63,13 +76,11 @@ def run(members: list[tuple[Switch, ControlServer | None]]) -> None:
             else:
                 readable = []
                 if deadline is not None:
-                    late = (monotonic() - deadline) * 1e6
-                    for sw in switches:
-                        if len(sw.late_us) >= LATE_SAMPLES:
-                            del sw.late_us[: LATE_SAMPLES // 2]
-                        sw.late_us.append(late)
+                    _record_late(switches, (monotonic() - deadline) * 1e6)
         else:
             readable = everything  # a timer is due: look at every ring once
+            if deadline is not None:  # work kept the loop busy past it
+                _record_late(switches, (now - deadline) * 1e6)
         for sw in switches:
             sw.loop_wakeups += 1
         while True:

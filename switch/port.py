@@ -5,9 +5,13 @@ is serialised at the configured rate (the port is busy for len*8/rate seconds), 
 the propagation delay and arrives. The kernel has no netem here, and trimming only happens where
 the switch owns the queue, so all of it is emulated in the switch.
 
-Timekeeping is virtual: `busy_until` advances by exact serialisation times, so the long-run rate
+Timekeeping is exact: `busy_until` advances by exact serialisation times, so the long-run rate
 is exact even though the event loop wakes up late by the timer's jitter; a late wake-up may catch
-up at most CATCH_UP_S of backlog, so an idle port never bursts.
+up at most `catch_up` of backlog, so an idle port never bursts.
+
+All times here are *virtual* seconds (contracts.clock): at time dilation N the loop hands in
+monotonic / N, so rates and delays are the datacenter's own and only the machine's limits --
+how precisely it wakes, how late it may be -- are divided by N (`egress_timing`).
 """
 
 from __future__ import annotations
@@ -19,10 +23,34 @@ from collections.abc import Callable
 from switch.queueing import ENQUEUED, TRIMMED, TrimmingQueue
 
 CATCH_UP_S = 0.002
-# A frame may leave up to EARLY_S before its virtual departure time: the event loop cannot wake
-# more precisely than this anyway, and it keeps a burst read in one go at an unbinding rate from
-# queueing up (the long-run rate stays exact: virtual time never runs ahead).
+"""Real seconds of backlog a late wake-up may still send back to back (a real-time hazard)."""
+# A frame may leave up to EARLY_S before its departure time: the event loop cannot wake more
+# precisely than this anyway, and it keeps a burst read in one go at an unbinding rate from
+# queueing up (the long-run rate stays exact: the departure clock never runs ahead).
 EARLY_S = 20e-6
+BATCH_REAL_S = 500e-6
+"""Under dilation: the most real time by which a departure may be served early, so one wake-up
+serves every departure of every port that falls due within it (issue 18, item 2)."""
+BATCH_SERIALISATIONS = 0.125
+"""... as long as that early service stays under this fraction of one frame's serialisation."""
+
+
+def egress_timing(dilation: float = 1.0, serialisation_s: float = 0.0) -> tuple[float, float]:
+    """(early, catch_up) in virtual seconds for a switch at time dilation `dilation` whose
+    fastest port serialises a full frame in `serialisation_s` (virtual; 0 = unshaped).
+
+    At N = 1 these are EARLY_S and CATCH_UP_S. Under dilation the wake-up precision and the
+    catch-up budget shrink by N; and since every real microsecond is then worth only 1/N of a
+    virtual one, a departure may be served up to min(BATCH_REAL_S / N, 1/8 of a serialisation)
+    early: the timing error stays well under one packet time while one wake-up serves a batch.
+    """
+    if dilation <= 1.0:
+        return EARLY_S, CATCH_UP_S
+    early = EARLY_S / dilation
+    if serialisation_s > 0.0:
+        early = max(early, min(BATCH_REAL_S / dilation, BATCH_SERIALISATIONS * serialisation_s))
+    return early, CATCH_UP_S / dilation
+
 
 DROP_LINK_DOWN = "link_down"
 DROP_BLACKHOLE = "blackhole"
@@ -62,7 +90,7 @@ class Port:
         "index", "name", "mac", "peer_mac", "nominal_rate_mbps", "nominal_delay_us", "queue",
         "transmit", "rng", "counters", "up", "blackhole", "loss", "rx_up", "rx_blackhole",
         "rx_loss", "busy_until", "inflight", "rate_mbps", "sec_per_byte", "delay_s", "rx_clean",
-        "direct",
+        "direct", "early", "catch_up",
     )  # fmt: skip
 
     def __init__(
@@ -102,6 +130,8 @@ class Port:
         self.delay_s = delay_us / 1e6
         self.rx_clean = True
         self.direct = True
+        self.early = EARLY_S  # virtual seconds; Switch sets them from its dilation
+        self.catch_up = CATCH_UP_S
         self.refresh()
 
     def refresh(self) -> None:
@@ -149,7 +179,7 @@ class Port:
         delay = self.delay_s
         if spb != 0.0 or delay != 0.0:
             q = self.queue
-            if q.data or q.prio or self.busy_until > now + EARLY_S:
+            if q.data or q.prio or self.busy_until > now + self.early:
                 if type(frame) is not bytearray:
                     frame = bytearray(frame)  # a view of an rx ring slot: a queued frame is kept
                 verdict = q.enqueue(frame)
@@ -157,11 +187,11 @@ class Port:
                     self.counters.drop(verdict)
                 return
             # Idle link: the frame starts serialising at once (an empty queue admits it and
-            # marks nothing); it leaves now if its serialisation ends within EARLY_S.
+            # marks nothing); it leaves now if its serialisation ends within `early`.
             busy = self.busy_until
-            busy = (busy if busy > now - CATCH_UP_S else now) + len(frame) * spb
+            busy = (busy if busy > now - self.catch_up else now) + len(frame) * spb
             self.busy_until = busy
-            if delay != 0.0 or busy > now + EARLY_S or self.inflight:
+            if delay != 0.0 or busy > now + self.early or self.inflight:
                 if type(frame) is not bytearray:
                     frame = bytearray(frame)
                 self.inflight.append((busy + delay, frame))
@@ -181,22 +211,22 @@ class Port:
         q = self.queue
         if q.data or q.prio:
             busy = self.busy_until
-            floor = now - CATCH_UP_S
+            floor = now - self.catch_up
             spb = self.sec_per_byte
             delay = self.delay_s
-            while busy <= now + EARLY_S:
+            while busy <= now + self.early:
                 frame = q.dequeue()
                 if frame is None:
                     break
                 start = busy if busy > floor else now
                 busy = start + len(frame) * spb
-                if delay == 0.0 and busy <= now + EARLY_S and not self.inflight:
+                if delay == 0.0 and busy <= now + self.early and not self.inflight:
                     self._wire(frame)
                 else:
                     self.inflight.append((busy + delay, frame))
             self.busy_until = busy
         inflight = self.inflight
-        while inflight and inflight[0][0] <= now + EARLY_S:
+        while inflight and inflight[0][0] <= now + self.early:
             self._wire(inflight.popleft()[1])
         nxt = None
         if q.data or q.prio:

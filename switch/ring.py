@@ -36,10 +36,13 @@ TP_STATUS_SEND_REQUEST = 1
 TP_STATUS_WRONG_FORMAT = 4
 TX_DATA_OFF = 32  # TPACKET_ALIGN(sizeof(struct tpacket2_hdr)): where a tx frame's bytes go
 
-FRAME_SIZE = 2048
-WORDS_PER_FRAME = (
-    FRAME_SIZE // 4
-)  # holds a 1514-byte frame plus the 32-byte tpacket2_hdr and sockaddr_ll
+FRAME_SIZE = 2048  # the slot at the default MTU (1500: a 1514-byte frame)
+WORDS_PER_FRAME = FRAME_SIZE // 4
+RX_HEADROOM = 80
+"""Slot bytes before an rx frame's IP header: TPACKET_ALIGN(TPACKET2_HDRLEN + 16), where the
+kernel puts the network header of a SOCK_RAW ring (af_packet.c, tpacket_rcv); the Ethernet
+header sits just before it, at 66. A slot holds an IP packet of `slot - RX_HEADROOM` bytes
+whole; a longer one arrives truncated and is dropped, counted."""
 BLOCK_SIZE = 1 << 16
 STUCK_SLOT_S = 0.002
 # Slots per port. The vector path (switch/vector.py) takes up to a tx ring's worth of frames
@@ -51,11 +54,27 @@ TX_FRAMES = 512
 RING_BUDGET_BYTES = 24 << 20
 
 
-def ring_frames_for(ports: int) -> tuple[int, int]:
+def frame_size_for(mtu: int) -> int:
+    """The ring slot for interfaces of IP MTU `mtu`: 2048 up to MTU 1968, 16384 at 9000.
+
+    A power of two, so that a block (BLOCK_SIZE, or one slot if larger) is a whole number of
+    slots and of pages and the kernel allocates it without waste (it allocates blocks in
+    powers of two of pages); slot i is then at i * slot, which the per-frame loop and the
+    numpy views of switch.vector rely on. The price is the slot's unused tail: 45 % at 9000.
+    """
+    need = mtu + RX_HEADROOM
+    size = FRAME_SIZE
+    while size < need:
+        size *= 2
+    return size
+
+
+def ring_frames_for(ports: int, frame_size: int = FRAME_SIZE) -> tuple[int, int]:
     """Rx and tx slots per port for a switch of `ports` ports: the defaults, halved until
-    the switch's rings fit RING_BUDGET_BYTES (3 MB a port at the defaults)."""
+    the switch's rings fit RING_BUDGET_BYTES (3 MB a port at the defaults). Larger slots
+    (a larger MTU) mean fewer of them: the budget is of bytes, as the rings' RSS is."""
     rx, tx = RX_FRAMES, TX_FRAMES
-    while ports * (rx + tx) * FRAME_SIZE > RING_BUDGET_BYTES and tx > 64:
+    while ports * (rx + tx) * frame_size > RING_BUDGET_BYTES and tx > 64:
         rx //= 2
         tx //= 2
     return rx, tx
@@ -75,12 +94,21 @@ class RingSocket:
     kernel with a single syscall. One `send()` syscall per packet was ~40 % of the switch's time.
     """
 
-    def __init__(self, ifname: str, frames: int = RX_FRAMES, tx_frames: int = TX_FRAMES) -> None:
+    def __init__(
+        self,
+        ifname: str,
+        frames: int = RX_FRAMES,
+        tx_frames: int = TX_FRAMES,
+        frame_size: int = FRAME_SIZE,
+    ) -> None:
+        """`frame_size`: the slot, `frame_size_for(mtu)` of the interface's MTU; the same for
+        every ring of a switch, as its loops copy an rx slot's frame into a tx slot."""
         self.ifname = ifname
-        blocks = max(1, frames * FRAME_SIZE // BLOCK_SIZE)
-        self.frame_nr = blocks * (BLOCK_SIZE // FRAME_SIZE)
-        tx_blocks = max(1, tx_frames * FRAME_SIZE // BLOCK_SIZE)
-        self.tx_nr = tx_blocks * (BLOCK_SIZE // FRAME_SIZE)
+        block = max(BLOCK_SIZE, frame_size)
+        blocks = max(1, frames * frame_size // block)
+        self.frame_nr = blocks * (block // frame_size)
+        tx_blocks = max(1, tx_frames * frame_size // block)
+        self.tx_nr = tx_blocks * (block // frame_size)
         # Two sockets: the rx ring's, which the event loop's epoll watches, and the tx ring's,
         # which nothing watches. On one socket, every transmitted frame the kernel frees runs
         # the socket's write-space wakeup through epoll's wait queue entry: 5 % of a saturated
@@ -92,11 +120,11 @@ class RingSocket:
             sock.setsockopt(
                 SOL_PACKET,
                 PACKET_RX_RING,
-                struct.pack("IIII", BLOCK_SIZE, blocks, FRAME_SIZE, self.frame_nr),
+                struct.pack("IIII", block, blocks, frame_size, self.frame_nr),
             )
             self.mm = mmap.mmap(
                 sock.fileno(),
-                blocks * BLOCK_SIZE,
+                blocks * block,
                 mmap.MAP_SHARED,
                 mmap.PROT_READ | mmap.PROT_WRITE,
             )
@@ -112,11 +140,11 @@ class RingSocket:
             txsock.setsockopt(
                 SOL_PACKET,
                 PACKET_TX_RING,
-                struct.pack("IIII", BLOCK_SIZE, tx_blocks, FRAME_SIZE, self.tx_nr),
+                struct.pack("IIII", block, tx_blocks, frame_size, self.tx_nr),
             )
             tx_mm = mmap.mmap(
                 txsock.fileno(),
-                tx_blocks * BLOCK_SIZE,
+                tx_blocks * block,
                 mmap.MAP_SHARED,
                 mmap.PROT_READ | mmap.PROT_WRITE,
             )
@@ -132,14 +160,17 @@ class RingSocket:
         self.txsock = txsock
         self.fd = sock.fileno()
         self._send = txsock.send
-        self._init_rings(self.mm, tx_mm)
+        self._init_rings(self.mm, tx_mm, frame_size)
 
-    def _init_rings(self, mm: mmap.mmap, tx_mm: mmap.mmap) -> None:
-        """The ring state over the rx ring's mapping `mm` and the tx ring's `tx_mm`.
+    def _init_rings(self, mm: mmap.mmap, tx_mm: mmap.mmap, frame_size: int = FRAME_SIZE) -> None:
+        """The ring state over the rx ring's mapping `mm` and the tx ring's `tx_mm`, both of
+        slots of `frame_size` bytes.
 
         Apart from __init__ so that tests can run the very same ring code over anonymous
         mappings (see tests/test_switch_fastpath.py) without a socket.
         """
+        self.frame_size = frame_size
+        self.words_per_frame = frame_size // 4
         self.mm = mm
         self.head = 0
         self.stuck_since = 0.0
@@ -176,13 +207,15 @@ class RingSocket:
         head = self.head
         frame_nr = self.frame_nr
         held = self.held
+        size = self.frame_size
+        words = self.words_per_frame
         n = 0
         append = out.append
         while n < limit:
-            word = head * WORDS_PER_FRAME  # tpacket2_hdr: status, len, snaplen, mac(16), net(16)
+            word = head * words  # tpacket2_hdr: status, len, snaplen, mac(16), net(16)
             status = u32[word]
             if not status & TP_STATUS_USER:
-                if n == 0 and not held and self._skip_stuck_slot(head * FRAME_SIZE):
+                if n == 0 and not held and self._skip_stuck_slot(head * size):
                     head = self.head
                     continue
                 break
@@ -191,7 +224,7 @@ class RingSocket:
                 self.truncated += 1
                 u32[word] = TP_STATUS_KERNEL
             else:
-                start = head * FRAME_SIZE + u16[word * 2 + 6]
+                start = head * size + u16[word * 2 + 6]
                 append(mv[start : start + tp_len])
                 held.append(word)
                 n += 1
@@ -212,7 +245,7 @@ class RingSocket:
 
     def _skip_stuck_slot(self, off: int) -> bool:
         """If the next slot is kernel-owned but a later one is ready for long enough, skip it."""
-        nxt = ((self.head + 1) % self.frame_nr) * FRAME_SIZE
+        nxt = ((self.head + 1) % self.frame_nr) * self.frame_size
         if not _STATUS.unpack_from(self.mm, nxt)[0] & TP_STATUS_USER:
             self.stuck_since = 0.0
             return False
@@ -230,7 +263,7 @@ class RingSocket:
     def send(self, frame: bytes | bytearray) -> bool:
         """Queue `frame` in the tx ring; False if the ring is full even after a flush."""
         u32 = self.tx_u32
-        word = self.tx_head * WORDS_PER_FRAME
+        word = self.tx_head * self.words_per_frame
         status = u32[word]
         if status != TP_STATUS_AVAILABLE:
             if status == TP_STATUS_WRONG_FORMAT:
@@ -239,7 +272,7 @@ class RingSocket:
                 self.flush()
                 if u32[word] not in (TP_STATUS_AVAILABLE, TP_STATUS_WRONG_FORMAT):
                     return False
-        n = len(frame)
+        n = len(frame)  # fits: no frame is longer than an rx slot holds, and slots are alike
         start = word * 4 + TX_DATA_OFF
         self.tx_mv[start : start + n] = frame
         u32[word + 1] = n  # tp_len

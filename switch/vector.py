@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from switch.port import CATCH_UP_S, EARLY_S
 from switch.ring import (
-    FRAME_SIZE,
     TP_STATUS_AVAILABLE,
     TP_STATUS_KERNEL,
     TP_STATUS_SEND_REQUEST,
@@ -52,12 +50,13 @@ class RingArrays:
     __slots__ = ("rx", "rx32", "rx16", "tx", "tx32")
 
     def __init__(self, io: RingSocket) -> None:
-        rx = np.frombuffer(io.mm, dtype=np.uint8, count=io.frame_nr * FRAME_SIZE)
-        self.rx = rx.reshape(io.frame_nr, FRAME_SIZE)
+        size = io.frame_size
+        rx = np.frombuffer(io.mm, dtype=np.uint8, count=io.frame_nr * size)
+        self.rx = rx.reshape(io.frame_nr, size)
         self.rx32 = self.rx.view(np.uint32)
         self.rx16 = self.rx.view(np.uint16)
-        tx = np.frombuffer(io.tx_mm, dtype=np.uint8, count=io.tx_nr * FRAME_SIZE)
-        self.tx = tx.reshape(io.tx_nr, FRAME_SIZE)
+        tx = np.frombuffer(io.tx_mm, dtype=np.uint8, count=io.tx_nr * size)
+        self.tx = tx.reshape(io.tx_nr, size)
         self.tx32 = self.tx.view(np.uint32)
 
 
@@ -135,8 +134,8 @@ def forward_vector(sw, port, io: RingSocket, now: float) -> int:
             return 0
         hop_port[i] = port_of.setdefault(out, (len(port_of), l2h, tx))[0]
     which = hop_port[inverse]
-    soon = now + EARLY_S
-    floor = now - CATCH_UP_S
+    soon = now + sw.early_s
+    floor = now - sw.catch_up_s
     cut = k
     plans = []
     for out, (idx, l2h, tx) in port_of.items():

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from contracts.framing import mrc_payload
 from endpoint import udp_io as dio
 from endpoint.codec import DataPacket
 from endpoint.config import TransportConfig
@@ -570,7 +571,7 @@ def test_processes_bulk_on_loopback_with_metrics(loopback):
     assert res["b"]["received_bytes"] == 3_000_000 and res["a"]["sent_bytes"] == 3_000_000
     stats = co.stats(1)
     conn = stats["a"]["jobs"]["1"]["connections"]["b"]
-    assert conn["counters"]["data_tx"] >= 3_000_000 // 1400
+    assert conn["counters"]["data_tx"] >= 3_000_000 // mrc_payload()
     assert stats["b"]["process"]["rx_datagrams"] >= conn["counters"]["data_tx"]
     co.stop()
     for p in lb.procs.values():
@@ -704,7 +705,8 @@ def test_bench_table_and_helpers():
     from testbed.harness.endpoints import fabric_endpoint_config
     from topologies import leaf_spine
 
-    assert ideal_goodput_mbps(100) == pytest.approx(100 * 1400 / 1494)
+    assert ideal_goodput_mbps(100) == pytest.approx(100 * 1420 / 1514)  # full packets at 1500
+    assert ideal_goodput_mbps(100, mtu=9000) == pytest.approx(100 * 8920 / 9014)
     cfg = fabric_endpoint_config(leaf_spine(spines=1, leaves=2, hosts_per_leaf=1, planes=2))
     assert cfg["hosts"]["h2"] == ["10.1.2.1", "10.2.2.1"]
     row = {"endpoint_sender": 1, "endpoint_receiver": 1, "udp_blaster": 2, "udp_sink": 2}
@@ -724,3 +726,4 @@ def test_bench_table_and_helpers():
     }
     text = format_endpoint_table(d)
     assert "udp_blaster" in text and "93.7" in text
+    assert "MRC header overhead ceiling: 93.79 % at 1500 B" in text and "88.65 %" in text

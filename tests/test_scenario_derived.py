@@ -141,8 +141,15 @@ def test_ideal_completion_and_lint():
         == []
     )
     assert any(w.startswith("duration_s:") for w in lint(sc_with(duration_s=4.5)))
-    big = sc_with(topology={"link_mbps": 100}, workload={"kind": "permutation", "bytes": "1MB"})
+    big = sc_with(
+        topology={"link_mbps": 100},
+        workload={"kind": "permutation", "bytes": "1MB"},
+        emulation={"time_dilation": 1},
+    )
     assert any(w.startswith("topology.link_mbps:") for w in lint(big))
+    # Under auto (the default) N is chosen for the workload: nothing to warn about.
+    auto = sc_with(topology={"link_mbps": 100}, workload={"kind": "permutation", "bytes": "1MB"})
+    assert not any(w.startswith("topology.link_mbps:") for w in lint(auto))
 
 
 def test_quick_scales_consistently():

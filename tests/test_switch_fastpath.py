@@ -32,14 +32,16 @@ MAC_OFFSET = 66  # where TPACKET_V2 puts an Ethernet frame in its slot on this k
 class MemoryRing(ring.RingSocket):
     """RingSocket's ring code over anonymous mappings (rx, tx); this class plays the kernel."""
 
-    def __init__(self, ifname: str, frames_nr: int = 64, tx_nr: int = 16) -> None:
+    def __init__(
+        self, ifname: str, frames_nr: int = 64, tx_nr: int = 16, frame_size: int = ring.FRAME_SIZE
+    ) -> None:
         self.ifname = ifname
         self.frame_nr = frames_nr
         self.tx_nr = tx_nr
         self.fd = -1
         self._send = self._kernel_sends
         self._init_rings(
-            mmap.mmap(-1, frames_nr * ring.FRAME_SIZE), mmap.mmap(-1, tx_nr * ring.FRAME_SIZE)
+            mmap.mmap(-1, frames_nr * frame_size), mmap.mmap(-1, tx_nr * frame_size), frame_size
         )
         self.rx_tail = 0  # next rx slot the "kernel" fills
         self.tx_tail = 0  # next tx slot the "kernel" sends
@@ -49,11 +51,11 @@ class MemoryRing(ring.RingSocket):
 
     def push(self, frame: bytes, truncated: bool = False) -> bool:
         """A frame arrives: into the next rx slot, unless the ring is full (a kernel drop)."""
-        word = self.rx_tail * ring.WORDS_PER_FRAME
+        word = self.rx_tail * self.words_per_frame
         if self.u32[word] != ring.TP_STATUS_KERNEL:
             self.kernel_drops += 1
             return False
-        start = self.rx_tail * ring.FRAME_SIZE + MAC_OFFSET
+        start = self.rx_tail * self.frame_size + MAC_OFFSET
         self.mm[start : start + len(frame)] = frame
         self.u32[word + 1] = len(frame)
         self.u32[word + 2] = len(frame) // 2 if truncated else len(frame)
@@ -66,7 +68,7 @@ class MemoryRing(ring.RingSocket):
         if self.refuse:
             return
         while True:
-            word = self.tx_tail * ring.WORDS_PER_FRAME
+            word = self.tx_tail * self.words_per_frame
             if self.tx_u32[word] != ring.TP_STATUS_SEND_REQUEST:
                 return
             start = word * 4 + ring.TX_DATA_OFF

@@ -25,24 +25,24 @@ from tests.test_switch_fastpath import MemoryRing, same_behaviour, settle, step
 def deep_twins(name: str, **topo) -> tuple[Switch, dict, Switch, dict]:
     topo = {"spines": 4, "leaves": 3, "hosts_per_leaf": 2, "link_mbps": 0, "delay_us": 0} | topo
     cfg = switch_config(fabric(**topo), name)
+    size = ring.frame_size_for(cfg.mtu)  # as python -m switch opens its rings
+    rx, tx = (ring.RX_FRAMES, ring.TX_FRAMES) if size == ring.FRAME_SIZE else (512, 512)
     a: dict[str, MemoryRing] = {}
     b: dict[str, MemoryRing] = {}
-    sa = Switch(
-        cfg, open_port=lambda p: a.setdefault(p, MemoryRing(p, ring.RX_FRAMES, ring.TX_FRAMES))
-    )
-    sb = Switch(
-        cfg, open_port=lambda p: b.setdefault(p, MemoryRing(p, ring.RX_FRAMES, ring.TX_FRAMES))
-    )
+    sa = Switch(cfg, open_port=lambda p: a.setdefault(p, MemoryRing(p, rx, tx, size)))
+    sb = Switch(cfg, open_port=lambda p: b.setdefault(p, MemoryRing(p, rx, tx, size)))
     return sa, a, sb, b
 
 
-def flow_frames(rng: random.Random, n: int, flows: int, tcp: bool = False) -> list[bytes]:
-    """`n` frames from h1 over `flows` flows to hosts behind other leaves, sizes 64..1514."""
+def flow_frames(
+    rng: random.Random, n: int, flows: int, tcp: bool = False, sizes=(64, 100, 600, 1400, 1514)
+) -> list[bytes]:
+    """`n` frames from h1 over `flows` flows to hosts behind other leaves, of `sizes`."""
     out = []
     for _ in range(n):
         f = rng.randrange(flows)
         l4 = TCP(sport=30000 + f, dport=80) if tcp else UDP(sport=49152 + f, dport=4791)
-        size = rng.choice([64, 100, 600, 1400, 1514])
+        size = rng.choice(sizes)
         pkt = (
             Ether(dst="02:7b:00:00:00:02", src="02:7b:00:00:00:01")
             / IP(
@@ -164,3 +164,17 @@ def test_the_vector_path_declines_below_its_minimum_depth(vector_frames) -> None
     frames = flow_frames(rng, vector.VEC_MIN - 1, 4)
     run_deep("leaf1", [frames, frames, frames])
     assert sum(vector_frames) == 0
+
+
+def test_jumbo_frames_in_jumbo_slots_leave_whole_as_from_the_reference(vector_frames) -> None:
+    """MTU 9000: the rings have 16 KiB slots, and 9014-byte frames (a full MTU plus the
+    Ethernet header) cross both the vector path and the per-frame loop whole, exactly as the
+    frame-object reference sends them."""
+    rng = random.Random(9)
+    bursts = [flow_frames(rng, 300, 24, sizes=(64, 1514, 4110, 9014)) for _ in range(4)]
+    sw, rings = run_deep("leaf1", bursts, mtu=9000)
+    assert {io.frame_size for io in rings.values()} == {16384}
+    sent = [f for io in rings.values() for _, f in io.sent]
+    total = sum(len(b) for b in bursts)
+    assert len(sent) == total and max(len(f) for f in sent) == 9014
+    assert sum(vector_frames) > 0.5 * total

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 from contracts import defaults
 from contracts.dscp import CONTROL_DSCP, TRIMMABLE_DSCP, TRIMMED_DSCP, check_dscps
+from contracts.framing import DEFAULT_MTU, check_mtu, max_frame_bytes
 
 MAX_IFNAME = 15  # IFNAMSIZ - 1: the kernel refuses longer interface names
 MAX_PLANES = 16
@@ -45,6 +46,9 @@ class TopologyParams:
     # so a single flow can reach the link rate); a number X sets the uplink rate to
     # link_mbps * hosts_per_leaf / (spines * X), so 1.0 is exactly non-blocking.
     oversubscription: float | None = None
+    # IP MTU of every interface, host and switch side (contracts.framing: 1280..9000). The
+    # endpoints fill it (their data segment is mtu - 80 B) and the switches' rings hold it.
+    mtu: int = DEFAULT_MTU
     # The switches and the endpoints both take these from here (contracts.dscp).
     trimmable_dscp: int = TRIMMABLE_DSCP
     trimmed_dscp: int = TRIMMED_DSCP
@@ -55,12 +59,16 @@ class TopologyParams:
 
     def validate(self) -> None:
         """Raise TopologyError naming the first bad parameter."""
+        problem = check_mtu(self.mtu)
+        if problem:
+            raise TopologyError(problem)
         ints = {
             "spines": (self.spines, 1, MAX_SPINES),
             "leaves": (self.leaves, 1, MAX_LEAVES),
             "hosts_per_leaf": (self.hosts_per_leaf, 1, MAX_HOSTS_PER_LEAF),
             "planes": (self.planes, 1, MAX_PLANES),
-            "trim_bytes": (self.trim_bytes, 64, 1500),
+            # A trimmed frame is at most as long as an IP packet may be (1500 by default).
+            "trim_bytes": (self.trim_bytes, 64, self.mtu),
             "trimmable_dscp": (self.trimmable_dscp, 0, 63),
             "trimmed_dscp": (self.trimmed_dscp, 0, 63),
             "control_dscp": (self.control_dscp, 0, 63),
@@ -71,7 +79,7 @@ class TopologyParams:
             if not lo <= value <= hi:
                 raise TopologyError(f"{name}: must be between {lo} and {hi}, got {value}")
         floats = {
-            "link_mbps": (self.link_mbps, 0.0, 100_000.0),
+            "link_mbps": (self.link_mbps, 0.0, 800_000.0),  # 800G NICs, under dilation
             "delay_us": (self.delay_us, 0.0, 10_000_000.0),
             "queue_kb": (self.queue_kb, 1.5, 1_000_000.0),
         }
@@ -82,6 +90,12 @@ class TopologyParams:
                 raise TopologyError(f"{name}: must be a number, got {value!r}")
             if not lo <= value <= hi:
                 raise TopologyError(f"{name}: must be between {lo:g} and {hi:g}, got {value:g}")
+        if self.queue_kb * 1000 < max_frame_bytes(self.mtu):
+            # A data queue that cannot hold one full frame would trim or drop every data packet.
+            raise TopologyError(
+                f"queue_kb: must hold one frame of mtu {self.mtu} "
+                f"({max_frame_bytes(self.mtu) / 1000:g} kB), got {self.queue_kb:g}"
+            )
         if self.ecn_kb is not None and (
             isinstance(self.ecn_kb, bool) or not isinstance(self.ecn_kb, (int, float))
         ):

@@ -20,11 +20,10 @@ from pathlib import Path
 LAB = Path(__file__).resolve().parent
 sys.path.insert(0, str(LAB.parent.parent))
 
+from contracts.framing import DEFAULT_MTU, mrc_payload  # noqa: E402
 from contracts.plugins import load_plugin  # noqa: E402
 from testbed.scenario import FAILURE_ACTIONS as FAILURES  # noqa: E402
 from testbed.scenario import RECOVERY_ACTIONS as RECOVERIES  # noqa: E402
-
-PAYLOAD = 1400  # bytes of data per full packet (docs/wire-format.md)
 
 
 def load_steps(code: Path):
@@ -59,6 +58,8 @@ def analyse(steps_mod, folder: Path) -> list[dict]:
     summary = json.loads((folder / "summary.json").read_text())
     window = failure_window(summary)
     loss = next((e.get("percent") for e in summary.get("events", []) if e["action"] == "loss"), 0)
+    # Bytes of data per full packet: the run's MTU less the headers (docs/wire-format.md).
+    payload = mrc_payload(summary.get("topology", {}).get("mtu", DEFAULT_MTU))
     rows = []
     for transport, rank_steps, per_hop in runs(folder):
         steps = steps_mod.step_times(rank_steps)
@@ -79,9 +80,9 @@ def analyse(steps_mod, folder: Path) -> list[dict]:
                 "window": window,
                 "in_window": hit,
                 "slowest": slowest,
-                "packets": math.ceil(per_hop / PAYLOAD),
+                "packets": math.ceil(per_hop / payload),
                 "loss_pct": loss,
-                "p_hit": steps_mod.p_step_hit(loss, math.ceil(per_hop / PAYLOAD)) if loss else 0.0,
+                "p_hit": steps_mod.p_step_hit(loss, math.ceil(per_hop / payload)) if loss else 0.0,
             }
         )
     return rows

@@ -32,6 +32,7 @@ from typing import Any
 
 from testbed.harness.records import FlowRecord, Message, TransportRun
 from testbed.scenario import Event, Expect, Scenario, capacity_mbps, total_bytes
+from topologies.timing import time_scale
 
 BIN_S = 0.010
 PRE_WINDOW_S = 0.5  # healthy goodput is the median over this long before the first failure
@@ -225,6 +226,7 @@ def failover(
     bin_s: float = BIN_S,
     rhythm_s: float | None = None,
     failure_ends: Sequence[float] | None = None,
+    scale: float = 1.0,
 ) -> tuple[Failover, list[Failover]]:
     """Failover time of the run (the worst over its failures) and of each failure.
 
@@ -254,16 +256,24 @@ def failover(
     healthy level is the *mean* over the pre-window (at least two steps long), the sustain
     window is one step, and bins are capped at the pre-window's best bin instead of the mean:
     a step-long window at the healthy pace then averages the healthy level wherever it starts.
+
+    `scale` is the fabric's time scale (topologies.timing.time_scale): the windows above were
+    tuned on the reference fabric and shrink with the base RTT (a 10 Gbps, 1 µs fabric's
+    pre-window is ~10 ms, not 0.5 s); the caller scales `bin_s` alike.
     """
     if not failure_times:
         return Failover(None, "no-failure"), []
     ratios = list(capacity_ratios) if capacity_ratios is not None else [1.0] * len(failure_times)
     first = min(failure_times)
-    pre_window = PRE_WINDOW_S if rhythm_s is None else max(PRE_WINDOW_S, 2 * rhythm_s)
+    warmup = WARMUP_S * scale
+    pre_window = PRE_WINDOW_S * scale
+    pre_window = pre_window if rhythm_s is None else max(pre_window, 2 * rhythm_s)
     pre = [
         v
         for t, v in zip(bin_times, mbps, strict=True)
-        if first - pre_window <= t and t + bin_s <= first + 1e-9 and _warm(t, bin_s, outstanding)
+        if first - pre_window <= t
+        and t + bin_s <= first + 1e-9
+        and _warm(t, bin_s, outstanding, warmup)
     ]
     cap = None
     if len(pre) >= 3:
@@ -278,7 +288,7 @@ def failover(
     if cap is None:
         cap = healthy
     last_end = outstanding[-1][1] if outstanding else 0.0
-    sustain_s = SUSTAIN_S if rhythm_s is None else max(SUSTAIN_S, rhythm_s)
+    sustain_s = SUSTAIN_S * scale if rhythm_s is None else max(SUSTAIN_S * scale, rhythm_s)
     sustain = max(1, round(sustain_s / bin_s))
     each: list[Failover] = []
     if failure_ends is None:  # each failure lasts until the next one (or the end of the run)
@@ -339,9 +349,11 @@ def failover(
     return Failover(max(done), "recovered"), each
 
 
-def _warm(t: float, bin_s: float, intervals: Sequence[tuple[float, float]]) -> bool:
-    """The bin [t, t+bin_s) lies inside one outstanding interval, past its first WARMUP_S."""
-    return any(lo + WARMUP_S <= t + 1e-9 and t + bin_s <= hi + 1e-9 for lo, hi in intervals)
+def _warm(
+    t: float, bin_s: float, intervals: Sequence[tuple[float, float]], warmup: float = WARMUP_S
+) -> bool:
+    """The bin [t, t+bin_s) lies inside one outstanding interval, past its first `warmup`."""
+    return any(lo + warmup <= t + 1e-9 and t + bin_s <= hi + 1e-9 for lo, hi in intervals)
 
 
 def percentiles(values: Iterable[float]) -> dict[str, float | None]:
@@ -422,7 +434,9 @@ def measure(
     goodput = delivered * 8 / active / 1e6
     bottleneck = capacity_mbps(scenario)
 
-    times, mbps = goodput_series(run.deliveries, run.end_s)
+    scale = time_scale(scenario.topology.params())  # windows follow the fabric's base RTT
+    bin_s = BIN_S * scale
+    times, mbps = goodput_series(run.deliveries, run.end_s, bin_s)
     ordered = sorted(applied, key=lambda a: a.time)
     fail_times, ratios, so_far = [], [], []
     applied_times = [a.time for a in ordered if a.applied_at is not None]
@@ -447,6 +461,8 @@ def measure(
         fallback_mbps=FALLBACK_EFFICIENCY * bottleneck,
         rhythm_s=step_rhythm_s(run.steps, min(fail_times, default=math.inf)),
         failure_ends=ends,
+        bin_s=bin_s,
+        scale=scale,
     )
     step_ms, unfinished = step_times_ms(run.steps)
     pct = percentiles([*step_ms, *([math.inf] * unfinished)])

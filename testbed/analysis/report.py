@@ -31,11 +31,17 @@ def _num(value: float | None, fmt: str = ".1f", none: str = "—") -> str:
     return none if value is None else format(value, fmt)
 
 
+def _ms(value: float) -> str:
+    """Milliseconds as read at any time scale: whole ms on a slow fabric, 3 significant
+    digits below 10 ms (a 10 Gbps fabric's stalls are tens of microseconds)."""
+    return f"{value:.0f}" if value >= 10 or value == 0 else f"{value:.3g}"
+
+
 def _failover_cell(
     entry: Mapping[str, Any], metrics: TransportMetrics | None, had_failure: bool
 ) -> str:
     if entry.get("failover_ms") is not None:
-        return f"{entry['failover_ms']:.0f}"
+        return _ms(entry["failover_ms"])
     if metrics is not None:
         return {
             "not-recovered": "never",
@@ -96,7 +102,7 @@ def comparison_rows(
             "delivered": "all"
             if lost == 0
             else f"{format_size(delivered)}, {format_size(lost)} missing",
-            "max stall (ms)": _num(e.get("max_stall_ms"), ".0f"),
+            "max stall (ms)": "—" if e.get("max_stall_ms") is None else _ms(e["max_stall_ms"]),
             "failover (ms)": _failover_cell(e, m, had_failure),
             "step P50 / P99 / P100 (ms)": " / ".join(
                 _step_cell(pct.get(k), pct) for k in ("p50", "p99", "p100")
@@ -143,6 +149,11 @@ def _event_text(e: Mapping[str, Any]) -> str:
     return " ".join(parts)
 
 
+def _limit(emu: Mapping[str, Any], key: str) -> str:
+    value = emu.get("limits", {}).get(key)
+    return "—" if value is None else f"{value:.3g}"
+
+
 def render_report(
     summary: Mapping[str, Any],
     *,
@@ -163,6 +174,21 @@ def render_report(
             "endpoint processes did not read in time. Losses, stalls and failover times below "
             "may be the machine's, not the protocol's: lower `link_mbps` or the workload and "
             "run again before drawing conclusions.",
+            "",
+        ]
+    if emu.get("valid") is False:
+        out += [
+            f"> **INVALID RUN** (time dilation {emu.get('time_dilation', 1):g}): "
+            + "; ".join(emu.get("invalid_reasons", []))
+            + ". The emulator did not keep up with the fabric: the numbers below are the "
+            "machine's, not the network's (docs/fidelity.md).",
+            "",
+        ]
+    elif emu.get("valid") is True:
+        out += [
+            f"> Valid run: the emulator kept up at time dilation {emu.get('time_dilation', 1):g}"
+            f" ({emu.get('real_s', 0):g} s of wall time for {emu.get('virtual_s', 0):g} s "
+            "of virtual time); every time below is virtual.",
             "",
         ]
     topo = summary.get("topology", {})
@@ -228,6 +254,35 @@ def render_report(
         out += ["No events: the fabric stayed healthy.", ""]
 
     out += ["## Emulation health", ""]
+    verdicts = [
+        [
+            t,
+            "valid" if e["emulation"].get("valid") else "**INVALID**",
+            f"{e['emulation'].get('time_dilation', 1):g}",
+            f"{e['emulation'].get('switch_late_us_p99', 0):.3g} / "
+            f"{_limit(e['emulation'], 'switch_late_us')}",
+            f"{e['emulation'].get('endpoint_late_us_p99', 0):.3g} / "
+            f"{_limit(e['emulation'], 'endpoint_late_us')}",
+            f"{e['emulation'].get('real_s', 0):g}",
+        ]
+        for t, e in summary.get("transports", {}).items()
+        if "valid" in e.get("emulation", {})
+    ]
+    if verdicts:
+        out += [
+            markdown_table(
+                [
+                    "transport",
+                    "verdict",
+                    "time dilation",
+                    "switch late P99 / limit (µs)",
+                    "endpoint timer late P99 / limit (µs)",
+                    "wall time (s)",
+                ],
+                verdicts,
+            ),  # fmt: skip
+            "",
+        ]
     out += [
         markdown_table(
             ["CPU use (all cores)", "timer jitter P99 (µs)", "kernel drops"],
@@ -263,6 +318,7 @@ _TOPOLOGY_FACTS = (
     "queue_kb",
     "trimming",
     "trim_bytes",
+    "mtu",
 )
 
 
@@ -306,12 +362,14 @@ def write_timeseries_csv(
     written = []
     names = list(metrics)
     nbins = max((len(m.goodput_bins) for m in metrics.values()), default=0)
+    longest = max(metrics.values(), key=lambda m: len(m.bin_times), default=None)
+    times = longest.bin_times if longest is not None else []  # the fabric's bins (time scale)
     path = out_dir / "goodput.csv"
     with path.open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(["time_s", *(f"{n}_mbps" for n in names)])
         for k in range(nbins):
-            row = [f"{k * BIN_S:.3f}"]
+            row = [f"{times[k]:.9g}" if k < len(times) else f"{k * BIN_S:.3f}"]
             for n in names:
                 bins = metrics[n].goodput_bins
                 row.append(f"{bins[k]:.3f}" if k < len(bins) else "")

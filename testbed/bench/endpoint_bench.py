@@ -33,7 +33,7 @@ import subprocess
 import sys
 import time
 
-from contracts.framing import DATA_OVERHEAD, FRAME_OVERHEAD
+from contracts.framing import DATA_OVERHEAD, DEFAULT_MTU, goodput_ceiling, mrc_payload
 from contracts.ports import ROCEV2_UDP_PORT
 from contracts.runtime import PACKAGE_ROOT, child_env
 from endpoint.metrics import placed_samples
@@ -50,7 +50,9 @@ from testbed.harness.endpoints import (
 from topologies import TopologyParams
 
 PR_SET_PDEATHSIG = 1
-MAX_PAYLOAD = 1400
+MAX_PAYLOAD = mrc_payload()  # a full data packet's message bytes at the default MTU (1420)
+HTSIM_NDP_CEILING = 1500 / 1692
+"""The same ceiling in htsim's NDP (1500 B payload in 1692 B on the wire), for comparison."""
 
 
 class BenchError(RuntimeError):
@@ -69,9 +71,18 @@ def _run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
     return proc
 
 
-def ideal_goodput_mbps(link_mbps: float, payload: int = MAX_PAYLOAD) -> float:
+def ideal_goodput_mbps(link_mbps: float, mtu: int = DEFAULT_MTU) -> float:
     """Application Mbps a link of ``link_mbps`` carries with full MRC-style data packets."""
-    return link_mbps * payload / (payload + DATA_OVERHEAD + FRAME_OVERHEAD)
+    return link_mbps * goodput_ceiling(mtu)
+
+
+def ceiling_line(mtu: int = DEFAULT_MTU) -> str:
+    """The header overhead ceiling in words, beside htsim's, for the benches' text output."""
+    return (
+        f"MRC header overhead ceiling: {100 * goodput_ceiling(mtu):.2f} % at {mtu} B "
+        f"(frames as the emulation counts them; {100 * goodput_ceiling(mtu, physical=True):.2f} % "
+        f"with FCS, preamble and gap; htsim NDP: 1500/1692 = {100 * HTSIM_NDP_CEILING:.2f} %)"
+    )
 
 
 # ----- endpoint processes -----------------------------------------------------------------------
@@ -473,7 +484,7 @@ def format_endpoint_table(d: dict) -> str:
     """The human-readable form of a run_endpoint_bench() result."""
     lines = [f"endpoint bench: median of {d['meta']['reps']} run(s), {d['meta']['cpus']} cores"]
     lines.append("")
-    lines.append("loopback namespaces (veth, no switch), 1452-byte datagrams")
+    lines.append(f"loopback namespaces (veth, no switch), {BLAST_PAYLOAD}-byte datagrams")
     lines.append(f"  {'io':<10} {'role':<18} {'kpps':>8} {'CPU us/pkt':>11}")
     for r in d["loopback"]:
         for role in ("endpoint_sender", "endpoint_receiver", "udp_blaster", "udp_sink"):
@@ -491,6 +502,7 @@ def format_endpoint_table(d: dict) -> str:
             f"  {r['link_mbps']:>6} {g['endpoint']:9.1f} {g['ideal']:7.1f} {g['udp_blaster']:10.1f}"
             f"  {r['ratio']['endpoint_vs_link']:7.3f}  {r['ratio']['endpoint_vs_ideal']:8.3f}"
         )
+    lines.append(ceiling_line())
     return "\n".join(lines)
 
 

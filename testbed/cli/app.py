@@ -10,11 +10,14 @@ import argparse
 import sys
 
 from contracts.defaults import ECMP_HASHES
+from contracts.framing import MAX_MTU, MIN_MTU
 from contracts.project import __version__
+from testbed.analysis.validity import EXIT_INVALID
 from testbed.cli import fib
 from testbed.cli.commands import (
     CliError,
     cmd_bench,
+    cmd_calibrate,
     cmd_clean,
     cmd_cli,
     cmd_compare,
@@ -82,6 +85,12 @@ def _fabric_commands(sub, named) -> None:
     )
     up.add_argument("--no-trim", action="store_true", help="tail-drop instead of trimming")
     up.add_argument(
+        "--mtu",
+        type=int,
+        default=d.mtu,
+        help=f"IP MTU of every interface ({MIN_MTU}..{MAX_MTU}); data packets fill it",
+    )
+    up.add_argument(
         "--oversubscription",
         type=float,
         default=d.oversubscription,
@@ -95,6 +104,14 @@ def _fabric_commands(sub, named) -> None:
         "structured spreads (docs/fabric.md)",
     )
     up.add_argument("--seed", type=int, default=1, help="ECMP hash seeds derive from it")
+    up.add_argument(
+        "--time-dilation",
+        type=float,
+        default=1.0,
+        metavar="N",
+        help="real seconds per virtual second: rates and delays are the datacenter's, served "
+        "N times slower (default 1; docs/fidelity.md)",
+    )
     up.add_argument(
         "--switch-processes",
         choices=LAYOUTS,
@@ -166,6 +183,16 @@ def _scenario_commands(sub) -> None:
             action="store_true",
             help="print the summary (plus out_dir, passed) as JSON on stdout; progress on stderr",
         )
+        rp.add_argument(
+            "--time-dilation",
+            metavar="auto|N",
+            help="override the scenario's emulation.time_dilation (docs/fidelity.md)",
+        )
+        rp.add_argument(
+            "--allow-invalid",
+            action="store_true",
+            help=f"exit by the expectations alone even if a run was invalid (else {EXIT_INVALID})",
+        )
         if cmd == "run":
             rp.add_argument("--transport", help="run this transport (or a,b,...) instead")
             rp.set_defaults(func=cmd_run)
@@ -179,12 +206,30 @@ def _scenario_commands(sub) -> None:
 
 
 def _bench_and_lab_commands(sub) -> None:
-    """bench (benchmarks with same-run baselines) and lab (list, check)."""
+    """bench (benchmarks with same-run baselines), calibrate and lab (list, check)."""
+    ca = sub.add_parser(
+        "calibrate",
+        help="measure the packet-hops per second this machine carries validly (for auto)",
+    )
+    ca.add_argument("--quick", action="store_true", help="smaller transfers (CI)")
+    ca.set_defaults(func=cmd_calibrate)
     be = sub.add_parser("bench", help="benchmarks with same-run baselines")
-    be.add_argument("what", choices=["switch", "endpoint", "fabric", "failover", "ecmp"])
+    be.add_argument(
+        "what",
+        choices=["switch", "endpoint", "fabric", "failover", "capacity", "fidelity", "ecmp"],
+    )
     be.add_argument("--json", action="store_true")
     be.add_argument("--duration", type=float, default=2.0, help="seconds per measurement")
     be.add_argument("--quick", action="store_true", help="shorter runs (CI)")
+    be.add_argument(
+        "--time-dilation",
+        metavar="auto|N",
+        help="capacity, fidelity: the runs' time dilation (capacity: where its search starts); "
+        "default auto (docs/fidelity.md)",
+    )
+    be.add_argument(
+        "--out", help="capacity, fidelity: results folder (default results/bench-WHAT-TIMESTAMP)"
+    )
     be.set_defaults(func=cmd_bench)
 
     lab = sub.add_parser("lab", help="teaching labs: list them, grade your code")

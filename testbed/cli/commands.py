@@ -11,9 +11,21 @@ import time
 from pathlib import Path
 
 from testbed.analysis.report import print_comparison
-from testbed.bench import ecmp_bench, endpoint_bench, fabric_bench, failover_bench, switch_bench
+from testbed.analysis.validity import EXIT_INVALID
+from testbed.bench import (
+    capacity_bench,
+    ecmp_bench,
+    endpoint_bench,
+    fabric_bench,
+    failover_bench,
+    fidelity_bench,
+    switch_bench,
+)
+from testbed.bench.calibrate import run_calibration
 from testbed.cli.interactive import Dispatch, FabricCli
 from testbed.experiment.api import load
+from testbed.experiment.calibration import load_budget
+from testbed.experiment.dilation import parse_dilation
 from testbed.experiment.runner import (
     Progress,
     check_runnable,
@@ -57,6 +69,7 @@ def params_from_args(args: argparse.Namespace) -> TopologyParams:
         ecn_kb=args.ecn_kb,
         oversubscription=args.oversubscription,
         ecmp_hash=args.ecmp_hash,
+        mtu=args.mtu,
     )
     p.validate()
     return p
@@ -65,7 +78,13 @@ def params_from_args(args: argparse.Namespace) -> TopologyParams:
 def cmd_up(args: argparse.Namespace) -> int:
     params = params_from_args(args)  # validate before anything is created
     t0 = time.monotonic()
-    f = Fabric(params, name=args.name, seed=args.seed, switch_processes=args.switch_processes)
+    f = Fabric(
+        params,
+        name=args.name,
+        seed=args.seed,
+        switch_processes=args.switch_processes,
+        time_dilation=args.time_dilation,
+    )
     st = f.up().state()
     fab = f.description
     print(
@@ -208,13 +227,31 @@ def _progress(args: argparse.Namespace) -> Progress:
     return Progress(stream=sys.stderr) if args.json else Progress()
 
 
+def _exit_status(outcome, args: argparse.Namespace) -> int:
+    """0 met, 1 expectations not met, EXIT_INVALID a run the emulator did not keep up with
+    (unless --allow-invalid): an invalid run's "met" is not a result."""
+    if not outcome.valid and not args.allow_invalid:
+        return EXIT_INVALID
+    return 0 if outcome.passed else 1
+
+
+def _dilation_arg(args: argparse.Namespace) -> float | str | None:
+    if args.time_dilation is None:
+        return None
+    try:
+        return parse_dilation(args.time_dilation)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+
+
 def _finish_run(outcome, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(
-            {**outcome.summary, "out_dir": str(outcome.out_dir), "passed": outcome.passed},
+            {**outcome.summary, "out_dir": str(outcome.out_dir), "passed": outcome.passed,
+             "valid": outcome.valid},
             indent=1,
         ))  # fmt: skip
-        return 0 if outcome.passed else 1
+        return _exit_status(outcome, args)
     print()
     print_comparison(outcome.summary, outcome.metrics)
     print(f"\nresults: {outcome.out_dir}")
@@ -223,9 +260,18 @@ def _finish_run(outcome, args: argparse.Namespace) -> int:
     for caption, path in outcome.plots.items():
         print(f"  plot:    {path}  ({caption})")
     judged = ", ".join(outcome.judged)
+    emu = outcome.summary.get("emulation", {})
+    if not outcome.valid:
+        print(
+            f"INVALID RUN (time dilation {emu.get('time_dilation', 1):g}): "
+            + "; ".join(emu.get("invalid_reasons", []))
+            + ". Its numbers are the machine's, not the network's."
+        )
     if outcome.passed:
-        print(f"expectations met ({judged})")
-        return 0
+        print(
+            f"expectations met ({judged})" + ("" if outcome.valid else ", but the run is INVALID")
+        )
+        return _exit_status(outcome, args)
     failed = [
         f"{t}: {c['name']} = {c['value']} (limit {c['limit']})"
         for t in outcome.judged
@@ -233,32 +279,57 @@ def _finish_run(outcome, args: argparse.Namespace) -> int:
         if not c["passed"]
     ]
     print("expectations NOT met: " + "; ".join(failed))
-    return 1
+    return _exit_status(outcome, args)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    need_root("testbed calibrate")
+    path = run_calibration(quick=args.quick)
+    budget = load_budget(path)
+    print(f"calibrated: {budget[0]:,.0f} packet-hops per real second carried validly; "
+          f"cached in {path}")  # fmt: skip
+    return 0
+
+
+def _calibrate_if_needed(sc: Scenario, dilation: float | str | None) -> None:
+    """`auto` with no fresh calibration of this machine: measure it first (once; cached)."""
+    wanted = dilation if dilation is not None else sc.emulation.time_dilation
+    if wanted == "auto" and load_budget() is None:
+        print("time_dilation auto: this machine has no calibration yet; measuring it once "
+              "(testbed calibrate)", file=sys.stderr)  # fmt: skip
+        run_calibration(quick=True, progress=Progress(stream=sys.stderr))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     sc = _load_for_run(args)
+    dilation = _dilation_arg(args)
     try:
         transports = transports_arg(args.transport) if args.transport else sc.transports
     except ValueError as exc:
         raise CliError(str(exc)) from None
     check_runnable(transports)
     need_root("testbed run")
+    _calibrate_if_needed(sc, dilation)
     out = Path(args.out) if args.out else default_out_dir(sc)
-    return _finish_run(run_scenario(sc, transports, out, progress=_progress(args)), args)
+    outcome = run_scenario(sc, transports, out, progress=_progress(args), time_dilation=dilation)
+    return _finish_run(outcome, args)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     sc = _load_for_run(args)
+    dilation = _dilation_arg(args)
     try:
         transports = transports_arg(args.transports)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     check_runnable(transports)
     need_root("testbed compare")
+    _calibrate_if_needed(sc, dilation)
     out = Path(args.out) if args.out else default_out_dir(sc)
     judged = [t for t in transports if t in sc.transports]
-    outcome = run_scenario(sc, transports, out, judged=judged, progress=_progress(args))
+    outcome = run_scenario(
+        sc, transports, out, judged=judged, progress=_progress(args), time_dilation=dilation
+    )
     return _finish_run(outcome, args)
 
 
@@ -274,14 +345,34 @@ FABRIC_BENCHES = {
     "failover": (failover_bench.run_failover_bench, failover_bench.format_failover_table),
     "fabric": (fabric_bench.run_fabric_bench, fabric_bench.format_fabric_table),
 }
+# The benches that run scenarios through the runner: they take --time-dilation and --out.
+SCENARIO_BENCHES = {
+    "capacity": (capacity_bench.run_capacity_bench, capacity_bench.format_capacity_table),
+    "fidelity": (fidelity_bench.run_fidelity_bench, fidelity_bench.format_fidelity_table),
+}
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    dilation = _dilation_arg(args)
+    if dilation is not None and args.what not in SCENARIO_BENCHES:
+        raise CliError(f"--time-dilation: bench {args.what} runs in real time only")
     if args.what == "ecmp":  # pure computation: no fabric, no root
         result = ecmp_bench.run_ecmp_bench(quick=args.quick)
         print(json.dumps(result, indent=1) if args.json else ecmp_bench.format_ecmp_table(result))
         return 0
     need_root("testbed bench")
+    if args.what in SCENARIO_BENCHES:
+        run, table = SCENARIO_BENCHES[args.what]
+        try:
+            result = run(
+                quick=args.quick,
+                time_dilation=dilation or "auto",
+                out=Path(args.out) if args.out else None,
+            )
+        except endpoint_bench.BenchError as exc:
+            raise CliError(str(exc)) from None
+        print(json.dumps(result, indent=1) if args.json else table(result))
+        return 0
     if args.what in FABRIC_BENCHES:
         run, table = FABRIC_BENCHES[args.what]
         try:

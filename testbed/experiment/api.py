@@ -53,8 +53,9 @@ def run_outcome(
     out: str | Path | None = None,
     quick_run: bool = False,
     progress: Progress | None = None,
+    time_dilation: float | str | None = None,
 ) -> Outcome:
-    """`run`, returning the whole `Outcome` (summary, metrics, plots, pass/fail)."""
+    """`run`, returning the whole `Outcome` (summary, metrics, plots, pass/fail, validity)."""
     sc = load(scenario, quick_run=quick_run)
     if transports is None:
         chosen = list(sc.transports)
@@ -65,7 +66,7 @@ def run_outcome(
     check_runnable(chosen)
     need_root("testbed run")
     out_dir = Path(out) if out is not None else default_out_dir(sc)
-    return run_scenario(sc, chosen, out_dir, progress=progress)
+    return run_scenario(sc, chosen, out_dir, progress=progress, time_dilation=time_dilation)
 
 
 def run(
@@ -75,14 +76,25 @@ def run(
     out: str | Path | None = None,
     quick_run: bool = False,
     progress: Progress | None = None,
+    time_dilation: float | str | None = None,
 ) -> dict[str, Any]:
     """Run a scenario once per transport on fresh fabrics and return its summary (the content
     of ``summary.json``); the results folder (report, CSVs, plots) is `out`, default
-    ``results/NAME-TIMESTAMP``. `transports` defaults to the scenario's own. Needs root."""
+    ``results/NAME-TIMESTAMP``. `transports` defaults to the scenario's own. `time_dilation`
+    (auto or N) overrides the scenario's `emulation.time_dilation`. Needs root.
+
+    ``passed``: every judged transport met its expectations; ``valid``: every run kept up
+    with its fabric (an invalid run's numbers are the machine's, not the network's)."""
     outcome = run_outcome(
-        scenario, transports=transports, out=out, quick_run=quick_run, progress=progress
+        scenario,
+        transports=transports,
+        out=out,
+        quick_run=quick_run,
+        progress=progress,
+        time_dilation=time_dilation,
     )
     summary = dict(outcome.summary)
     summary["out_dir"] = str(outcome.out_dir)
     summary["passed"] = outcome.passed
+    summary["valid"] = outcome.valid
     return summary

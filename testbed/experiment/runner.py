@@ -40,6 +40,7 @@ from typing import Any, TextIO
 
 from rich.live import Live
 
+from contracts.clock import MAX_DILATION, Clock
 from endpoint.control import ControlError
 from testbed.analysis.metrics import (
     AppliedEvent,
@@ -52,6 +53,15 @@ from testbed.analysis.metrics import (
 )
 from testbed.analysis.plots import event_marks, plot_run
 from testbed.analysis.report import write_report, write_summary, write_timeseries_csv
+from testbed.analysis.validity import Thresholds, Timing, Verdict, banner, judge
+from testbed.experiment.calibration import load_budget
+from testbed.experiment.dilation import (
+    KERNEL_TRANSPORTS,
+    RERUN_FACTOR,
+    DilationPlan,
+    kernel_fits,
+    plan,
+)
 from testbed.experiment.errors import RunError
 from testbed.experiment.ownership import first_missing, hand_over, invoking_user
 from testbed.experiment.provenance import provenance
@@ -85,6 +95,9 @@ class RunResult:
     run: TransportRun
     applied: list[AppliedEvent]
     emulation: Emulation
+    timing: Timing = field(default_factory=Timing)
+    verdict: Verdict = field(default_factory=lambda: Verdict(True))
+    reruns: int = 0
     port_queues: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
     port_counters: dict[str, dict] = field(default_factory=dict)
     note: str = ""
@@ -179,8 +192,10 @@ class Monitor(threading.Thread):
         progress: Progress,
         live_bytes: Callable[[], int] | None,
         next_event: Callable[[], str],
+        clock: Clock,
     ) -> None:
         super().__init__(daemon=True, name="monitor")
+        self.clock = clock  # t0 and every sample time are virtual; the probe's sleeps real
         self.fabric_name = name
         self.t0 = t0
         self.duration = duration
@@ -193,16 +208,19 @@ class Monitor(threading.Thread):
         self.errors = 0
 
     def run(self) -> None:
+        clock = self.clock
         next_sample = time.monotonic()
-        last_bytes, last_t = 0, time.monotonic()
+        last_bytes, last_t = 0, clock.now()
         while not self.stop_flag.is_set():
             before = time.monotonic()
             time.sleep(JITTER_TICK_S)
-            self.late_us.append(max(0.0, (time.monotonic() - before - JITTER_TICK_S) * 1e6))
+            late_real = max(0.0, time.monotonic() - before - JITTER_TICK_S)
+            self.late_us.append(clock.virtual(late_real) * 1e6)
             now = time.monotonic()
             if now < next_sample:
                 continue
             next_sample = now + MONITOR_S
+            now = clock.now()
             try:
                 counters = client.call(
                     self.fabric_name, {"op": "counters", "node": None}, timeout=5
@@ -219,7 +237,7 @@ class Monitor(threading.Thread):
             mbps = None
             if self.live_bytes is not None:
                 got = self.live_bytes()
-                dt = max(now - last_t, 1e-3)
+                dt = max(now - last_t, clock.virtual(1e-3))
                 mbps = (got - last_bytes) * 8 / dt / 1e6
                 last_bytes, last_t = got, now
             self.progress.status(t, self.duration, self.next_event(), mbps)
@@ -232,8 +250,11 @@ class Monitor(threading.Thread):
 class Timeline(threading.Thread):
     """Applies the scenario's events at t0 + at and records when each took effect."""
 
-    def __init__(self, name: str, events: Sequence[Event], t0: float, progress: Progress) -> None:
+    def __init__(
+        self, name: str, events: Sequence[Event], t0: float, progress: Progress, clock: Clock
+    ) -> None:
         super().__init__(daemon=True, name="timeline")
+        self.clock = clock  # `at` and t0 are virtual: waits last N times longer
         self.fabric_name = name
         self.events = list(events)
         self.t0 = t0
@@ -252,7 +273,7 @@ class Timeline(threading.Thread):
     def run(self) -> None:
         for i, e in enumerate(self.events):
             self.index = i
-            if self.cancel.wait(max(0.0, self.t0 + e.at - time.monotonic())):
+            if self.cancel.wait(max(0.0, self.clock.real(self.t0 + e.at - self.clock.now()))):
                 return
             try:
                 reply = client.call(self.fabric_name, ctl_request(e), timeout=10)
@@ -262,7 +283,9 @@ class Timeline(threading.Thread):
             if not reply.get("ok"):
                 self.errors.append(f"events[{i}] {e.describe()}: {reply.get('error')}")
                 continue
-            self.applied[i] = reply.get("applied_mono", time.monotonic()) - self.t0
+            # The supervisor answers in real monotonic seconds (shared by every namespace).
+            applied_real = reply.get("applied_mono", time.monotonic())
+            self.applied[i] = self.clock.virtual(applied_real) - self.t0
             self.progress.line(
                 f"  {self.applied[i]:7.3f}s applied {e.describe()} (planned {e.at:g}s)"
             )
@@ -275,18 +298,26 @@ class Timeline(threading.Thread):
 # ----- one transport ---------------------------------------------------------------------------
 
 
-def run_transport(sc: Scenario, transport: str, workdir: Path, progress: Progress) -> RunResult:
-    """Build a fabric, run the workload under the timeline, collect, tear down (always)."""
+def run_transport(
+    sc: Scenario,
+    transport: str,
+    workdir: Path,
+    progress: Progress,
+    time_dilation: float = 1.0,
+) -> RunResult:
+    """Build a fabric at `time_dilation`, run the workload under the timeline, collect, tear
+    down (always)."""
     name = new_name("r")
     fab = sc.fabric()
     workdir.mkdir(parents=True, exist_ok=True)
     progress.begin(f"[{transport}] fabric {name}: {sc.topology.spines} spines, "
-                   f"{sc.topology.leaves} leaves, {len(fab.hosts())} hosts; {sc.duration_s:g}s")  # fmt: skip
+                   f"{sc.topology.leaves} leaves, {len(fab.hosts())} hosts; {sc.duration_s:g}s"
+                   + (f" at time dilation {time_dilation:g}" if time_dilation != 1 else ""))  # fmt: skip
     driver: Driver | None = None
     try:
-        Fabric(sc.topology.params(), name=name, seed=sc.seed).up()
+        Fabric(sc.topology.params(), name=name, seed=sc.seed, time_dilation=time_dilation).up()
         driver = driver_for(name, sc, transport, workdir)  # reads the running fabric's state
-        return _drive(name, sc, driver, workdir, progress)
+        return _drive(name, sc, driver, workdir, progress, Clock(time_dilation))
     except (ControlError, OSError, client.ClientError, BaselineError) as exc:
         dead = driver.dead() if isinstance(driver, EndpointDriver) else ""
         why = f"endpoint process died: {dead}" if dead else str(exc)
@@ -301,21 +332,26 @@ def run_transport(sc: Scenario, transport: str, workdir: Path, progress: Progres
         clean_fabric(name)
 
 
-def _drive(name: str, sc: Scenario, driver: Driver, workdir: Path, progress: Progress) -> RunResult:
+def _drive(
+    name: str, sc: Scenario, driver: Driver, workdir: Path, progress: Progress, clock: Clock
+) -> RunResult:
     """The workload on the running fabric `name`: go, the timeline of events, monitoring,
-    the end of the workload or the deadline, then what the switches and the driver saw."""
+    the end of the workload or the deadline, then what the switches and the driver saw.
+    Every time here is virtual (`clock`); only sleeps and the wall time are real."""
     driver.prepare()
     cpu0 = _cpu_times()
+    real0 = time.monotonic()
     t0 = driver.go()
     live = driver.live_bytes if isinstance(driver, EndpointDriver) else None
-    timeline = Timeline(name, sc.timeline(), t0, progress)
-    monitor = Monitor(name, t0, sc.duration_s, progress, live, timeline.next_event)
+    timeline = Timeline(name, sc.timeline(), t0, progress, clock)
+    monitor = Monitor(name, t0, sc.duration_s, progress, live, timeline.next_event, clock)
     try:
         timeline.start()
         monitor.start()
         deadline = t0 + sc.duration_s
         completed = driver.wait(deadline)
-        end_s = min(time.monotonic(), deadline + WAIT_GRACE_S) - t0
+        end_s = min(clock.now(), deadline + clock.virtual(WAIT_GRACE_S)) - t0
+        real_s = time.monotonic() - real0
         cpu1 = _cpu_times()
     finally:
         timeline.cancel.set()
@@ -328,10 +364,22 @@ def _drive(name: str, sc: Scenario, driver: Driver, workdir: Path, progress: Pro
     run = driver.collect(t0, end_s)
     run.trims = sum(p["trims"] for c in switch.values() for p in c["ports"].values())
     switch_late = [c.get("timer_late_us_p99", 0.0) for c in switch.values()]
+    cpu_util = (cpu1[0] - cpu0[0]) / max(cpu1[1] - cpu0[1], 1.0)
+    kernel_drops = sum(c.get("kernel_drops", 0) for c in switch.values()) + host_drops
     emulation = Emulation(
-        cpu_util=(cpu1[0] - cpu0[0]) / max(cpu1[1] - cpu0[1], 1.0),
+        cpu_util=cpu_util,
         timer_jitter_us_p99=max([monitor.jitter_p99_us(), *switch_late, *endpoint_late]),
-        kernel_drops=sum(c.get("kernel_drops", 0) for c in switch.values()) + host_drops,
+        kernel_drops=kernel_drops,
+    )
+    timing = Timing(
+        time_dilation=clock.dilation,
+        real_s=real_s,
+        virtual_s=end_s,
+        cpu_util=cpu_util,
+        switch_late_us_p99=max(switch_late, default=0.0),
+        # Kernel baselines have no timers of ours: the monitor's probe stands for the hosts.
+        endpoint_late_us_p99=max(endpoint_late, default=monitor.jitter_p99_us()),
+        kernel_drops=kernel_drops,
     )
     port_counters = {
         port: {"trims": pc["trims"], "drops": pc["drops"]}
@@ -343,7 +391,14 @@ def _drive(name: str, sc: Scenario, driver: Driver, workdir: Path, progress: Pro
         note = (note + "; " if note else "") + f"workload not finished in {sc.duration_s:g}s"
     (workdir / "switch_counters.json").write_text(json.dumps(switch, indent=1))
     return RunResult(
-        driver.transport, run, timeline.results(), emulation, monitor.queues, port_counters, note
+        driver.transport,
+        run,
+        timeline.results(),
+        emulation,
+        timing,
+        port_queues=monitor.queues,
+        port_counters=port_counters,
+        note=note,
     )
 
 
@@ -366,6 +421,11 @@ class Outcome:
             if t in self.summary["transports"]
         )
 
+    @property
+    def valid(self) -> bool:
+        """Every run kept up with its fabric (testbed.analysis.validity)."""
+        return bool(self.summary.get("emulation", {}).get("valid", True))
+
 
 def default_out_dir(sc: Scenario, root: Path | None = None) -> Path:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
@@ -379,13 +439,28 @@ def run_scenario(
     *,
     judged: Sequence[str] | None = None,
     progress: Progress | None = None,
+    time_dilation: float | str | None = None,
 ) -> Outcome:
-    """Run `sc` once per transport and write the results folder; nothing is left running."""
+    """Run `sc` once per transport and write the results folder; nothing is left running.
+
+    `time_dilation` (auto or N) overrides the scenario's `emulation.time_dilation`. A judged
+    kernel transport at N > 1 is refused before anything is built; an unjudged one (compare's
+    baselines) runs at N = 1 if the fabric fits there, else is skipped with the reason."""
     progress = progress or Progress()
+    dilation = plan(sc, time_dilation, load_budget())
+    judged_kernel = [
+        t for t in (judged or transports) if t in KERNEL_TRANSPORTS and t in transports
+    ]
+    if dilation.time_dilation > 1 and judged_kernel:
+        raise RunError(
+            f"transport: {judged_kernel[0]} runs on the kernel's clocks, which cannot be dilated, "
+            f"and this run needs {dilation.describe()}; run it at --time-dilation 1 or "
+            "compare it as a baseline"
+        )
     created = first_missing(out_dir)  # what this run creates, handed to the sudo user at the end
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        return _run_all(sc, transports, out_dir, judged, progress)
+        return _run_all(sc, transports, out_dir, judged, progress, dilation)
     finally:
         hand_over(created, invoking_user())  # also what an aborted run left
 
@@ -396,13 +471,28 @@ def _run_all(
     out_dir: Path,
     judged: Sequence[str] | None,
     progress: Progress,
+    dilation: DilationPlan,
 ) -> Outcome:
     started = datetime.now(timezone.utc)
+    progress.line(dilation.describe())
+    limits = Thresholds.for_fabric(sc.topology.params())
     results: dict[str, RunResult] = {}
+    skipped: dict[str, str] = {}
     for t in transports:
-        results[t] = run_transport(sc, t, out_dir / "raw" / t, progress)
+        if t in KERNEL_TRANSPORTS and dilation.time_dilation > 1:
+            if not kernel_fits(sc, load_budget()):
+                skipped[t] = (
+                    "kernel transport: runs in real time only, and this fabric needs "
+                    f"time dilation {dilation.time_dilation:g}; not comparable with dilated runs"
+                )
+                progress.line(f"[{t}] skipped: {skipped[t]}")
+                continue
+        results[t] = _run_judged(sc, t, out_dir / "raw" / t, progress, dilation, limits)
         if results[t].note:
             progress.line(f"[{t}] note: {results[t].note}")
+    if not results:
+        raise RunError("transport: nothing could run (see the skipped transports above)")
+    transports = list(results)
     metrics = {t: measure(r.run, sc, r.applied) for t, r in results.items()}
     first = results[transports[0]]
     emus = [r.emulation for r in results.values()]
@@ -415,15 +505,18 @@ def _run_all(
         sc, events=first.applied, transports=metrics, emulation=emulation, started=started
     )
     summary["provenance"] = provenance(sc)
+    summary["emulation"].update(_overall_verdict(results, dilation))
+    if skipped:
+        summary["skipped"] = skipped
     for t, r in results.items():
         entry = summary["transports"][t]
         entry["applied_events"] = [
             None if a.applied_at is None else round(a.applied_at, 4) for a in r.applied
         ]
         entry["emulation"] = {
-            "cpu_util": round(r.emulation.cpu_util, 3),
+            **r.verdict.summary(r.timing, limits),
+            "reruns": r.reruns,
             "timer_jitter_us_p99": round(r.emulation.timer_jitter_us_p99, 1),
-            "kernel_drops": r.emulation.kernel_drops,
         }
         if r.note:
             entry["note"] = r.note
@@ -443,7 +536,60 @@ def _run_all(
     warning = emulation_warning(emulation)
     if warning:
         progress.line(warning)
-    return Outcome(summary, metrics, out_dir, plots, list(judged or transports))
+    if not summary["emulation"]["valid"]:
+        progress.line(
+            "INVALID: "
+            + "; ".join(summary["emulation"]["invalid_reasons"])
+            + " -- these numbers are the machine's, not the network's"
+        )
+    judged = [t for t in (judged or transports) if t in results]
+    return Outcome(summary, metrics, out_dir, plots, judged)
+
+
+def _run_judged(
+    sc: Scenario,
+    transport: str,
+    workdir: Path,
+    progress: Progress,
+    dilation: DilationPlan,
+    limits: Thresholds,
+) -> RunResult:
+    """One transport's run, judged; under `auto`, an invalid run is rerun at a higher N."""
+    n = 1.0 if transport in KERNEL_TRANSPORTS else dilation.time_dilation
+    reruns = 0
+    while True:
+        r = run_transport(sc, transport, workdir, progress, n)
+        r.verdict = judge(r.timing, limits)
+        r.reruns = reruns
+        progress.line(f"[{transport}] {banner(r.verdict, n)}")
+        if (
+            r.verdict.valid
+            or not dilation.auto
+            or transport in KERNEL_TRANSPORTS
+            or reruns >= sc.emulation.max_reruns
+            or n >= MAX_DILATION
+        ):
+            return r
+        reruns += 1
+        n = min(n * RERUN_FACTOR, MAX_DILATION)
+        progress.line(f"[{transport}] auto: rerunning at time dilation {n:g}")
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _overall_verdict(results: dict[str, RunResult], dilation: DilationPlan) -> dict[str, Any]:
+    """summary.json's `emulation` verdict over every transport's run."""
+    reasons = [f"{t}: {why}" for t, r in results.items() for why in r.verdict.reasons]
+    return {
+        "valid": not reasons,
+        "invalid_reasons": reasons,
+        "time_dilation": max(r.timing.time_dilation for r in results.values()),
+        "time_dilation_mode": "auto" if dilation.auto else "given",
+        "budget_hops_per_s": round(dilation.budget_hops_per_s),
+        "budget_source": dilation.budget_source,
+        "demand_hops_per_s": round(dilation.demand_hops_per_s),
+        "real_s": round(sum(r.timing.real_s for r in results.values()), 3),
+        "virtual_s": round(max(r.timing.virtual_s for r in results.values()), 6),
+    }
 
 
 def check_runnable(transports: Sequence[str]) -> None:

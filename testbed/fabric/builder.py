@@ -49,11 +49,19 @@ def _mininet():
 class FabricBuilder:
     """Owns the Mininet object of one fabric for as long as the fabric is up."""
 
-    def __init__(self, fabric: Fabric, state: FabricState, directory: Path, seed: int = 1) -> None:
+    def __init__(
+        self,
+        fabric: Fabric,
+        state: FabricState,
+        directory: Path,
+        seed: int = 1,
+        time_dilation: float = 1.0,
+    ) -> None:
         self.fabric = fabric
         self.state = state
         self.dir = directory
         self.seed = seed
+        self.time_dilation = time_dilation
         self.net = None
         self.switch_procs: dict[str, subprocess.Popen] = {}
         self.switch_logs: dict[str, object] = {}
@@ -67,6 +75,7 @@ class FabricBuilder:
         self.net = Mininet(
             topo=topo.LeafSpineTopo(
                 fabric=fab,
+                time_dilation=self.time_dilation,
                 host_cls=self._recorded(topo.FabricHost),
                 switch_cls=self._recorded(topo.SwitchNamespace),
             ),
@@ -118,9 +127,10 @@ class FabricBuilder:
         return self.net.nameToNode[name]
 
     def set_host_rate(self, host: str, dev: str, mbps: float) -> None:
+        """A host NIC's (virtual) rate: its kernel token bucket runs at mbps / dilation."""
         try:
             with node_netlink(self.node(host).pid, host) as nl:
-                nl.set_rate(dev, mbps)
+                nl.set_rate(dev, mbps / self.time_dilation, self.fabric.params.mtu)
         except NamespaceError as exc:
             raise BuildError(f"setting the rate of {dev} failed: {exc}") from exc
 
@@ -176,7 +186,7 @@ class FabricBuilder:
         args: list[str] = []
         sockets = {}
         for name in names:
-            cfg = switch_config(self.fabric, name, seed=self.seed)
+            cfg = switch_config(self.fabric, name, seed=self.seed, time_dilation=self.time_dilation)
             cfg_path = self.dir / "switches" / f"{name}.json"
             cfg_path.parent.mkdir(parents=True, exist_ok=True)
             cfg_path.write_text(cfg.to_json())

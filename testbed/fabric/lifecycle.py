@@ -18,6 +18,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from contracts.clock import check_dilation
 from contracts.runtime import child_env
 from testbed.fabric import client
 from testbed.fabric.cleanup import clean_fabric, leftovers, pid_exists
@@ -40,9 +41,16 @@ def need_root(what: str) -> None:
 
 
 def bring_up(
-    name: str, params: TopologyParams, seed: int = 1, switch_processes: str | None = None
+    name: str,
+    params: TopologyParams,
+    seed: int = 1,
+    switch_processes: str | None = None,
+    time_dilation: float = 1.0,
 ) -> FabricState:
     """Start a detached supervisor for fabric `name` and return once it forwards.
+
+    `time_dilation`: real seconds per virtual second of every clock of the fabric
+    (contracts.clock); link rates and delays in `params` are virtual.
 
     `switch_processes`: testbed.fabric.switch_layout's per-node or shared (default: the
     environment's choice, else per-node). On failure or Ctrl-C everything of `name` is removed
@@ -50,6 +58,10 @@ def bring_up(
     """
     check_name(name)
     params.validate()
+    try:
+        time_dilation = check_dilation(time_dilation, "--time-dilation")
+    except ValueError as exc:
+        raise FabricError(str(exc)) from None
     try:
         layout = switch_layout(switch_processes)
     except ValueError as exc:
@@ -70,7 +82,8 @@ def bring_up(
     log = open(directory / "supervisor.log", "ab")  # noqa: SIM115 - handed to the child
     env = child_env({"TESTBED_FABRIC": name, SWITCH_LAYOUT_ENV: layout})
     argv = [sys.executable, "-m", "testbed.fabric.supervisor", "--name", name,
-            "--params", json.dumps(asdict(params)), "--seed", str(seed)]  # fmt: skip
+            "--params", json.dumps(asdict(params)), "--seed", str(seed),
+            "--time-dilation", repr(time_dilation)]  # fmt: skip
     proc = subprocess.Popen(
         argv,
         stdin=subprocess.DEVNULL,

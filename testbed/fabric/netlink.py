@@ -22,6 +22,7 @@ from pathlib import Path
 
 from pyroute2 import Ethtool, IPRoute, NetlinkError
 
+from contracts.framing import DEFAULT_MTU, max_frame_bytes
 from switch.netns import Netns
 
 # What ethtool(8) turns off for `-K DEV tso off gso off gro off tx off rx off sg off`: each short
@@ -92,6 +93,12 @@ class NodeNetlink:
         self.ipr.link("set", index=self.index(ifname), state="up")
 
     @_request
+    def set_mtu(self, ifname: str, mtu: int) -> None:
+        """The fabric's MTU on this end of a veth (each end has its own; a veth drops what is
+        larger than its peer's MTU, so both ends of every link get the same value)."""
+        self.ipr.link("set", index=self.index(ifname), mtu=mtu)
+
+    @_request
     def offloads_off(self, ifname: str) -> None:
         """Otherwise AF_PACKET sees 64 KB GSO frames and forwarding breaks."""
         features = self.eth.get_features(ifname)
@@ -137,15 +144,16 @@ class NodeNetlink:
         self.ipr.neigh("replace", dst=ip, lladdr=mac, ifindex=self.index(ifname), state="permanent")
 
     @_request
-    def set_rate(self, ifname: str, mbps: float) -> None:
+    def set_rate(self, ifname: str, mbps: float, mtu: int = DEFAULT_MTU) -> None:
         """The host NIC's line rate: a token bucket whose queue back-pressures the host stack.
 
         Switch ports are shaped by the switch itself; a host has no switch, so its egress is
         limited in its own kernel, like a NIC that cannot send faster than its link. The bucket
-        holds ~200 us of line rate, at least 2 frames; 50 ms of queue.
+        holds ~200 us of line rate, at least 2 full frames of `mtu` (tbf drops a frame larger
+        than its bucket); 50 ms of queue.
         """
         rate = min(int(mbps * 1e6 / 8), TBF_MAX_RATE_BPS)  # no host here sends 34 Gbit/s
-        burst = max(3028, int(mbps * 1e6 / 8 * 0.0002))
+        burst = max(2 * max_frame_bytes(mtu), int(mbps * 1e6 / 8 * 0.0002))
         self.ipr.tc("replace", "tbf", self.index(ifname), rate=rate, burst=burst, latency="50ms")
 
     @_request

@@ -29,6 +29,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 import topologies
+from contracts.clock import check_dilation
 from testbed.fabric import client, failures
 from testbed.fabric.cleanup import clean_fabric
 from testbed.fabric.lifecycle import FabricError, bring_up, need_root, tear_down
@@ -47,6 +48,8 @@ class Fabric:
     `topology`: the fabric's parameters (`LeafSpine`, i.e. `topologies.TopologyParams`).
     `name`: the fabric's name (what `testbed --name` takes); default a fresh unique one.
     `seed`: ECMP hash seeds derive from it. `switch_processes`: "per-node" or "shared".
+    `time_dilation`: N real seconds per virtual second (contracts.clock): the topology's rates
+    and delays are the datacenter's, served N times slower.
     """
 
     def __init__(
@@ -56,9 +59,14 @@ class Fabric:
         name: str | None = None,
         seed: int = 1,
         switch_processes: str | None = None,
+        time_dilation: float = 1.0,
     ) -> None:
         self.params = topology if topology is not None else TopologyParams()
         self.params.validate()  # a bad parameter fails here, before anything is created
+        try:
+            self.time_dilation = check_dilation(time_dilation)
+        except ValueError as exc:
+            raise FabricError(str(exc)) from None
         self.name = check_name(name) if name is not None else new_name()
         self.seed = seed
         self.switch_processes = switch_processes
@@ -72,14 +80,16 @@ class Fabric:
     def attach(cls, name: str = DEFAULT_NAME) -> Fabric:
         """The handle on fabric `name`, already up (built by `testbed up` or another process)."""
         st = client.state(name)
-        fab = cls(TopologyParams(**st.params), name=name, seed=st.seed)
+        fab = cls(
+            TopologyParams(**st.params), name=name, seed=st.seed, time_dilation=st.time_dilation
+        )
         fab._up = True
         return fab
 
     def up(self) -> Fabric:
         """Build the fabric and return once every switch forwards. It stays up (detached from
         this process) until `down()`; on failure nothing of it is left."""
-        bring_up(self.name, self.params, self.seed, self.switch_processes)
+        bring_up(self.name, self.params, self.seed, self.switch_processes, self.time_dilation)
         self._up = True
         return self
 

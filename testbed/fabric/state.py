@@ -55,6 +55,7 @@ class FabricState:
     message: str = ""
     params: dict = field(default_factory=dict)
     seed: int = 1  # ECMP hash seeds derive from it
+    time_dilation: float = 1.0  # real seconds per virtual second (contracts.clock)
     processes: list[ProcessRecord] = field(default_factory=list)
     nodes: dict[str, dict] = field(default_factory=dict)  # name -> {kind, pid, plane, intfs...}
     switch_sockets: dict[str, str] = field(default_factory=dict)

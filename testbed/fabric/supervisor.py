@@ -33,14 +33,24 @@ FABRIC_ENV = "TESTBED_FABRIC"  # every process of a fabric carries it: cleanup f
 
 
 class Supervisor:
-    def __init__(self, name: str, params: TopologyParams, seed: int) -> None:
+    def __init__(
+        self, name: str, params: TopologyParams, seed: int, time_dilation: float = 1.0
+    ) -> None:
         self.name = name
         self.dir = run_dir(name)
         self.fabric = leaf_spine(params)
-        self.state = FabricState(name=name, params=self.fabric.to_dict()["params"], seed=seed)
+        self.time_dilation = time_dilation
+        self.state = FabricState(
+            name=name,
+            params=self.fabric.to_dict()["params"],
+            seed=seed,
+            time_dilation=time_dilation,
+        )
         self.state.processes.append(record("supervisor", "-", os.getpid()))
         self.state.save(self.dir)
-        self.builder = FabricBuilder(self.fabric, self.state, self.dir, seed=seed)
+        self.builder = FabricBuilder(
+            self.fabric, self.state, self.dir, seed=seed, time_dilation=time_dilation
+        )
         self.lock = threading.RLock()  # Mininet's node.cmd() is not thread-safe
         self.stopping = threading.Event()
         self.flaps: dict[tuple[str, str], threading.Event] = {}
@@ -169,8 +179,10 @@ class Supervisor:
         return "; ".join(errors) or None
 
     def _start_flap(self, p: failures.Plan) -> None:
-        """Flap: `count` cycles of carrier loss for half a period, then carrier back."""
+        """Flap: `count` cycles of carrier loss for half a period, then carrier back. The
+        period is virtual: it lasts N times longer at time dilation N."""
         period, count = p.flap
+        period *= self.time_dilation
         down = failures.link_steps(self.fabric, p.directions, {"up": False}, {"rx_up": False})
         up = failures.link_steps(self.fabric, p.directions, {"up": True}, {"rx_up": True})
         old = self.flaps.pop(p.link, None)
@@ -252,10 +264,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", required=True)
     ap.add_argument("--params", required=True, help="TopologyParams as JSON")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--time-dilation", type=float, default=1.0)
     args = ap.parse_args(argv)
     os.environ[FABRIC_ENV] = args.name
     params = TopologyParams(**json.loads(args.params))
-    sup = Supervisor(args.name, params, args.seed)
+    sup = Supervisor(args.name, params, args.seed, args.time_dilation)
 
     def on_signal(_sig, _frm) -> None:
         sup.stopping.set()

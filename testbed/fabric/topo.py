@@ -16,7 +16,7 @@ One description, two uses:
 
 Every node is configured from the description through netlink (testbed/fabric/netlink.py):
 hosts get their addresses, static routes, permanent neighbour entries and NIC rate; nobody runs
-ARP or a routing daemon; every port has its offloads off.
+ARP or a routing daemon; every port has its offloads off and the fabric's MTU.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ class LeafSpineTopo(Topo):
         fabric: Fabric | None = None,
         host_cls=None,
         switch_cls=None,
+        time_dilation: float = 1.0,
         **params,
     ) -> None:
         if fabric is None:  # from `mn --topo leafspine,...`: the arguments of leaf_spine()
@@ -59,7 +60,13 @@ class LeafSpineTopo(Topo):
         self.fabric = fabric
         for name, node in fabric.nodes.items():
             if node.kind == "host":
-                self.addHost(name, cls=host_cls or FabricHost, fabric=fabric, ip=None)
+                self.addHost(
+                    name,
+                    cls=host_cls or FabricHost,
+                    fabric=fabric,
+                    ip=None,
+                    time_dilation=time_dilation,
+                )
             else:
                 self.addSwitch(name, cls=switch_cls or LinuxRouter, fabric=fabric, inNamespace=True)
         for link in fabric.links:
@@ -92,11 +99,11 @@ topos = {"leafspine": LeafSpineTopo}  # what `mn --custom` reads
 class FabricHost(Host):
     """A host configured from the description, not by Mininet's ifconfig defaults."""
 
-    def config(self, fabric: Fabric | None = None, **params):
+    def config(self, fabric: Fabric | None = None, time_dilation: float = 1.0, **params):
         # Addresses, MACs and routes come from the description; Mininet's would contradict it.
         params.update(ip=None, mac=None, defaultRoute=None)
         result = super().config(**params)
-        configure_host(self.pid, fabric, self.name)
+        configure_host(self.pid, fabric, self.name, time_dilation)
         for intf in fabric.interfaces[self.name]:
             # What Mininet reports (node.IP(), pingall's targets) is what was configured.
             mn_intf = self.intf(intf.name)
@@ -131,17 +138,21 @@ def _configure_ports(nl: NodeNetlink, fabric: Fabric, name: str) -> None:
     nl.link_up("lo")
     for intf in fabric.interfaces[name]:
         nl.offloads_off(intf.name)
+        nl.set_mtu(intf.name, fabric.params.mtu)  # each end of a veth: hosts' and switches'
         nl.link_up(intf.name)
 
 
-def configure_host(pid: int, fabric: Fabric, name: str) -> None:
-    """Addresses, NIC rate, static routes and permanent neighbour entries of host `name`."""
+def configure_host(pid: int, fabric: Fabric, name: str, time_dilation: float = 1.0) -> None:
+    """Addresses, NIC rate, static routes and permanent neighbour entries of host `name`.
+
+    The NIC rate is a kernel token bucket, which runs in real time: at time dilation N it is
+    set to the link rate / N (contracts.clock)."""
     with node_netlink(pid, name) as nl:
         _configure_ports(nl, fabric, name)
         for intf in fabric.interfaces[name]:
             nl.add_address(intf.name, intf.ip, intf.prefixlen)
             if fabric.params.link_mbps > 0:
-                nl.set_rate(intf.name, fabric.params.link_mbps)
+                nl.set_rate(intf.name, fabric.params.link_mbps / time_dilation, fabric.params.mtu)
         for r in fabric.host_routes[name]:
             nl.add_route(r.prefix, r.via, r.dev)
         for n in fabric.host_neighbours[name]:

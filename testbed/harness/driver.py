@@ -26,10 +26,11 @@ class Driver(Protocol):
         """Start what the transport needs on the fabric; nothing is sent yet."""
 
     def go(self) -> float:
-        """Start the workload on every host at once; return t0 (time.monotonic())."""
+        """Start the workload on every host at once; return t0 in the fabric's virtual seconds
+        (contracts.clock; time.monotonic() at N = 1)."""
 
     def wait(self, deadline: float) -> bool:
-        """Block until the workload finished (True) or `deadline` (monotonic) passed."""
+        """Block until the workload finished (True) or `deadline` (virtual) passed."""
 
     def collect(self, t0: float, end_s: float) -> TransportRun:
         """What the workload did, times relative to `t0`, measured up to `end_s`."""

@@ -12,10 +12,10 @@ import contextlib
 import json
 import math
 import shutil
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from contracts.clock import Clock
 from contracts.ports import ROCEV2_UDP_PORT
 from endpoint.metrics import placed_samples
 from testbed.fabric.paths import predict_path
@@ -165,12 +165,14 @@ def endpoint_run(
     retransmits: dict[str, int] = {}
     steps: list[tuple[float, float | None]] = []
     ev_bins: dict[str, dict[int, float]] = {}
+    ev_dt = 0.010
     for host, recs in records.items():
         deliveries += [(t - t0, n) for t, n in placed_samples(recs, JOB)]
         last: dict[tuple, dict] = {}
         for r in recs:
             kind = r.get("type")
             if kind == "evtx" and path_of is not None:
+                ev_dt = r["dt"]  # the endpoints' bin (the fabric's time scale)
                 k = int(round((r["t"] - t0) / r["dt"]))
                 if k < 0:
                     continue
@@ -206,7 +208,7 @@ def endpoint_run(
                 steps.append((begin, None))  # the step in progress at the deadline
     deliveries.sort()
     steps.sort()
-    nbins = int(math.ceil(end_s / 0.010)) + 1
+    nbins = int(math.ceil(end_s / ev_dt)) + 1
     ev_bytes = {p: [b.get(k, 0.0) for k in range(nbins)] for p, b in sorted(ev_bins.items())}
     return TransportRun(
         transport=transport,
@@ -280,9 +282,11 @@ class EndpointDriver:
         return t0
 
     def wait(self, deadline: float) -> bool:
-        """Block until every endpoint finished the job or `deadline` (monotonic) passed."""
+        """Block until every endpoint finished the job or `deadline` (virtual seconds, the
+        fabric's clock) passed."""
+        clock = Clock(self.eps.time_dilation)
         self.statuses = self.eps.coordinator.wait(
-            JOB, timeout=max(0.0, deadline - time.monotonic())
+            JOB, timeout=max(0.0, clock.real(deadline - clock.now()))
         )
         return all(s.get("done") for s in self.statuses.values())
 

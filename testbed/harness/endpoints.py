@@ -24,8 +24,10 @@ from pathlib import Path
 
 from contracts.runtime import PACKAGE_ROOT, child_env
 from endpoint.control import Coordinator
-from endpoint.metrics import read_records
+from endpoint.metrics import BIN_S, read_records
 from testbed.fabric import client
+from testbed.harness.transport_timing import transport_timing
+from topologies.timing import time_scale
 
 PR_SET_PDEATHSIG = 1
 
@@ -129,12 +131,18 @@ class EndpointProcs:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def fabric_endpoint_config(fab, hosts: list[str] | None = None, **extra) -> dict:
-    """The endpoint ``--config`` of a fabric description (``topologies.Fabric``).
+def fabric_endpoint_config(
+    fab, hosts: list[str] | None = None, time_dilation: float = 1.0, **extra
+) -> dict:
+    """The endpoint ``--config`` of a fabric description (``topologies.Fabric``) running at
+    `time_dilation`.
 
     It carries the fabric's DSCPs into every job's transport (``extra["transport"]`` may add
     other TransportConfig defaults): the switches trim and prioritise by the values in
-    ``fab.params``, so the endpoints must mark their packets with the same ones.
+    ``fab.params``, so the endpoints must mark their packets with the same ones. And its MTU:
+    the endpoints size their data packets to fill the NICs' MTU (``max_payload``), no more.
+    The transport's time constants and the metrics bins follow the fabric's time scale
+    (testbed.harness.transport_timing), and the process runs on the fabric's virtual clock.
     """
     planes = sorted({i.plane for i in fab.interfaces[fab.hosts()[0]]})
     hosts = hosts or fab.hosts()
@@ -144,9 +152,16 @@ def fabric_endpoint_config(fab, hosts: list[str] | None = None, **extra) -> dict
         "trimmed_dscp": params.trimmed_dscp,
         "control_dscp": params.control_dscp,
     }
-    transport = {**dscps, **extra.pop("transport", {})}
+    transport = {
+        **transport_timing(params, time_dilation),
+        **dscps,
+        **extra.pop("transport", {}),
+    }
     return {
         "hosts": {h: [fab.host_ip(h, p) for p in planes] for h in hosts},
+        "bin_s": BIN_S * time_scale(params),
+        "time_dilation": time_dilation,
+        "mtu": params.mtu,
         **extra,
         "transport": transport,
     }
@@ -166,6 +181,8 @@ class FabricEndpoints(EndpointProcs):
         st = client.state(name)
         hosts = hosts or fab.hosts()
         launch = {h: ["mnexec", "-a", str(st.nodes[h]["pid"])] for h in hosts}
+        config_extra.setdefault("time_dilation", st.time_dilation)  # the fabric's clock
+        self.time_dilation = config_extra["time_dilation"]
         super().__init__(
             fabric_endpoint_config(fab, fab.hosts(), **config_extra), launch, workdir=workdir
         )

@@ -11,8 +11,14 @@ business (docs/scenario-format.md documents the format):
 - `scaling`: the `--quick` form.
 """
 
-from testbed.scenario.capacity import capacity_mbps, ideal_completion_s
-from testbed.scenario.linting import EMULATION_BUDGET_MBPS, lint
+from testbed.scenario.capacity import capacity_mbps, frame_rate_pps, ideal_completion_s
+from testbed.scenario.linting import (
+    EMULATION_BUDGET_MBPS,
+    PACKET_COST_BYTES,
+    emulation_budget_mbps,
+    emulation_budget_pps,
+    lint,
+)
 from testbed.scenario.scaling import QUICK_FACTOR, quick
 from testbed.scenario.schema import (
     ACTIONS,
@@ -38,6 +44,7 @@ from testbed.scenario.validation import ScenarioError, load_scenario, validate
 __all__ = [
     "ACTIONS",
     "EMULATION_BUDGET_MBPS",
+    "PACKET_COST_BYTES",
     "FAILURE_ACTIONS",
     "QUICK_FACTOR",
     "RECOVERY_ACTIONS",
@@ -56,7 +63,10 @@ __all__ = [
     "TopologySpec",
     "Workload",
     "capacity_mbps",
+    "emulation_budget_mbps",
+    "emulation_budget_pps",
     "flows",
+    "frame_rate_pps",
     "ideal_completion_s",
     "lint",
     "load_scenario",

@@ -2,7 +2,8 @@
 
 `capacity_mbps` is the ideal-multipath goodput that `min_goodput_fraction` is measured against
 (and, after a prefix of the timeline, what a damaged fabric can still carry, which caps the
-failover target); `ideal_completion_s` is how long the workload needs at best.
+failover target); `ideal_completion_s` is how long the workload needs at best; `frame_rate_pps`
+is what that asks of the emulator, which pays mostly per packet, so it depends on the MTU.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
+from contracts.framing import max_frame_bytes
 from testbed.scenario.schema import (
     AllreduceWorkload,
     Blackhole,
@@ -148,3 +150,10 @@ def ideal_completion_s(sc: Scenario) -> float:
     rate = _uniform_rate(state, [(f.src, f.dst) for f in fl])
     steps = sc.workload.steps if isinstance(sc.workload, AllreduceWorkload) else 1
     return steps * max(f.bytes for f in fl) * 8 / (rate * 1e6)
+
+
+def frame_rate_pps(sc: Scenario) -> float:
+    """Full frames per second the workload's flows put through the healthy fabric at their
+    ideal aggregate rate, at the scenario's MTU: most of the emulator's work is per packet (the
+    same Mbps at MTU 9000 is a sixth of the packets at 1500; see scenario.linting)."""
+    return capacity_mbps(sc) * 1e6 / 8 / max_frame_bytes(sc.topology.mtu)

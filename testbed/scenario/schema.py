@@ -13,7 +13,9 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, Field, PrivateAttr, field_validator
 
+from contracts.clock import MAX_DILATION, check_dilation
 from contracts.defaults import ECMP_HASHES
+from contracts.framing import MAX_MTU, MIN_MTU
 from contracts.schema import StrictModel
 from contracts.workloads import (
     WORKLOAD_MODELS,
@@ -86,9 +88,34 @@ class TopologySpec(StrictModel):
     ecn_kb: float | None = None
     oversubscription: float | None = None
     ecmp_hash: Literal[ECMP_HASHES] = TopologyParams.ecmp_hash  # type: ignore[valid-type]
+    # Bounds here as well as in TopologyParams.validate, so the JSON Schema carries them.
+    mtu: int = Field(default=TopologyParams.mtu, ge=MIN_MTU, le=MAX_MTU)
 
     def params(self) -> TopologyParams:
         return TopologyParams(**self.model_dump())
+
+
+class EmulationSpec(StrictModel):
+    """`emulation:` how the machine runs the scenario, not what is emulated.
+
+    `time_dilation`: real seconds per virtual second of every clock of the fabric
+    (contracts.clock), a number >= 1 or `auto` (the smallest the machine's calibrated budget
+    predicts valid, raised and rerun when a run comes out invalid)."""
+
+    time_dilation: float | Literal["auto"] = "auto"
+    max_reruns: int = Field(default=2, ge=0, le=5)  # auto: reruns at a higher N when invalid
+
+    @field_validator("time_dilation", mode="before")
+    @classmethod
+    def _dilation(cls, value: Any) -> Any:
+        if value == "auto":
+            return value
+        try:
+            return check_dilation(value)
+        except ValueError:
+            raise ValueError(
+                f"expected 'auto' or a number between 1 and {MAX_DILATION:g}, got {value!r}"
+            ) from None
 
 
 class _EventBase(StrictModel):
@@ -258,6 +285,7 @@ class Scenario(StrictModel):
     workload: Workload
     duration_s: float = Field(gt=0, le=3600, allow_inf_nan=False)
     seed: int = 1
+    emulation: EmulationSpec = EmulationSpec()
     events: list[Event] = []
     expect: Expect = Expect()
 

@@ -1,0 +1,128 @@
+"""Did the emulator keep up? The validity verdict every run carries.
+
+An emulator that falls behind does not crash: its switches serve departures late, its
+endpoints fire timers late, its kernel drops what nobody read in time -- and the run still
+reports a goodput, which is then the machine's and not the network's. (A 16-host permutation
+at 10 Mbps on two cores ran with 172 ms of switch lateness and reported MRC at 28 % of ideal,
+"expectations met".) So every run measures its own timing error *in virtual time* and judges it
+against thresholds derived from the fabric it emulates:
+
+- switch departure lateness P99 <= SWITCH_LATE_FRACTION x one full frame's serialisation at
+  the link rate: a switch that sends later than a packet time changes queueing itself;
+- endpoint timer lateness P99 <= ENDPOINT_LATE_FRACTION x the base RTT: a transport whose
+  timers fire a round trip late is not the transport being measured;
+- zero kernel drops (rings or socket buffers overrun: losses of the machine);
+- CPU below CPU_SATURATION: a saturated machine's timing is whatever the scheduler made it.
+
+Pure: the runner hands in what it measured; tests and `testbed calibrate` use the same rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from topologies import TopologyParams
+from topologies.timing import base_rtt_s, serialisation_s
+
+SWITCH_LATE_FRACTION = 0.5
+ENDPOINT_LATE_FRACTION = 0.25
+CPU_SATURATION = 0.95
+EXIT_INVALID = 3
+"""Exit status of `testbed run`/`compare` when a run was invalid (1: expectations not met,
+2: bad input or an aborted run)."""
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The limits one fabric's runs are judged against (virtual microseconds)."""
+
+    switch_late_us: float | None  # None: unshaped links, no packet time to compare with
+    endpoint_late_us: float
+    max_kernel_drops: int = 0
+    max_cpu_util: float = CPU_SATURATION
+
+    @classmethod
+    def for_fabric(cls, params: TopologyParams) -> Thresholds:
+        frame = params.mtu + 14
+        ser = serialisation_s(frame, params.link_mbps)
+        rtt = base_rtt_s(
+            params.link_mbps, params.delay_us, params.leaves, params.uplink_mbps, frame
+        )
+        return cls(
+            switch_late_us=SWITCH_LATE_FRACTION * ser * 1e6 if ser > 0 else None,
+            endpoint_late_us=ENDPOINT_LATE_FRACTION * rtt * 1e6,
+        )
+
+
+@dataclass(frozen=True)
+class Timing:
+    """What one run measured of the emulator itself."""
+
+    time_dilation: float = 1.0
+    real_s: float = 0.0  # wall time of the workload
+    virtual_s: float = 0.0  # the same span in virtual time
+    cpu_util: float = 0.0  # mean busy fraction of all cores (0..1)
+    switch_late_us_p99: float = 0.0  # worst switch, virtual µs
+    endpoint_late_us_p99: float = 0.0  # worst endpoint process, virtual µs
+    kernel_drops: int = 0
+
+
+@dataclass(frozen=True)
+class Verdict:
+    valid: bool
+    reasons: list[str] = field(default_factory=list)
+
+    def summary(self, timing: Timing, limits: Thresholds) -> dict[str, Any]:
+        """The `emulation` block of summary.json (docs/scenario-format.md)."""
+        return {
+            "valid": self.valid,
+            "invalid_reasons": list(self.reasons),
+            "time_dilation": timing.time_dilation,
+            "real_s": round(timing.real_s, 3),
+            "virtual_s": round(timing.virtual_s, 6),
+            "cpu_util": round(timing.cpu_util, 3),
+            "switch_late_us_p99": round(timing.switch_late_us_p99, 3),
+            "endpoint_late_us_p99": round(timing.endpoint_late_us_p99, 3),
+            "kernel_drops": int(timing.kernel_drops),
+            "limits": {
+                "switch_late_us": None
+                if limits.switch_late_us is None
+                else round(limits.switch_late_us, 3),
+                "endpoint_late_us": round(limits.endpoint_late_us, 3),
+                "kernel_drops": limits.max_kernel_drops,
+                "cpu_util": limits.max_cpu_util,
+            },
+        }
+
+
+def judge(timing: Timing, limits: Thresholds) -> Verdict:
+    """Valid iff every measured error is within its limit; each breach is one reason."""
+    reasons = []
+    if limits.switch_late_us is not None and timing.switch_late_us_p99 > limits.switch_late_us:
+        reasons.append(
+            f"switch lateness P99 {timing.switch_late_us_p99:.3g} µs > {limits.switch_late_us:.3g}"
+            f" µs ({SWITCH_LATE_FRACTION:g} of a frame's serialisation)"
+        )
+    if timing.endpoint_late_us_p99 > limits.endpoint_late_us:
+        reasons.append(
+            f"endpoint timer lateness P99 {timing.endpoint_late_us_p99:.3g} µs > "
+            f"{limits.endpoint_late_us:.3g} µs ({ENDPOINT_LATE_FRACTION:g} of the base RTT)"
+        )
+    if timing.kernel_drops > limits.max_kernel_drops:
+        reasons.append(f"{timing.kernel_drops} packets dropped by the kernel (rings or sockets)")
+    if timing.cpu_util > limits.max_cpu_util:
+        reasons.append(f"CPU saturated ({timing.cpu_util:.0%} of all cores)")
+    return Verdict(not reasons, reasons)
+
+
+def banner(verdict: Verdict, time_dilation: float) -> str:
+    """One line for the terminal and the report: what the numbers of this run are worth."""
+    if verdict.valid:
+        return f"emulation valid at time dilation {time_dilation:g}: the emulator kept up"
+    return (
+        f"INVALID RUN at time dilation {time_dilation:g}: "
+        + "; ".join(verdict.reasons)
+        + ". Its numbers are the machine's, not the network's: raise --time-dilation "
+        "(or use auto), or shrink the fabric or workload."
+    )

@@ -1,0 +1,384 @@
+"""`testbed bench fidelity`: the emulated fabric against htsim's figures on the same fabric.
+
+htsim (Broadcom/csg-htsim) is a packet-level simulator: what it reports for a leaf-spine is what
+the fabric allows, with no machine in the way. This bench runs the same fabric -- 4 spines x 4
+leaves x 4 hosts, 10 Gbps links, 1 µs per link, 12 kB queues (htsim's 8 packets) -- through
+the public run API (`testbed.experiment.runner.run_scenario`, what `testbed run` calls) at a
+time dilation, and puts each figure beside htsim's (docs/fidelity.md; the reference figures
+are copied into HTSIM below from the shared reference page):
+
+- permutation (every host sends one flow to a host on another leaf and receives one),
+  per-flow utilisation = a flow's payload goodput / link rate, mean over the seeds and the
+  lowest flow of any seed, for `mrc` (spraying over its EVs: htsim's "NDP, per-packet
+  spraying"), `mrc` over 16 hashed EVs (not expressible yet: a scenario names a transport, not
+  its EV count; the row reads n/a) and `single-path` (htsim's "NDP, one path");
+- an 8 -> 1 incast of 1 MB each with trimming, receiver on another leaf: the last flow's
+  completion against the ideal (the payload at the link rate), and the RTO count
+  (`--quick`: 4 -> 1, which htsim reports too).
+
+Every run is judged by the runner (testbed.analysis.validity); its verdict, time dilation and
+wall time are printed beside its numbers, and a figure from an invalid run is marked so.
+Flows here are a couple of virtual milliseconds long (htsim's are 30 ms): a run takes tens of
+real seconds at the dilations these fabrics need on two cores.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from testbed.bench.endpoint_bench import BenchError, bench_meta
+from testbed.experiment.api import load
+from testbed.experiment.runner import Progress, run_scenario
+
+LINK_MBPS = 10_000.0
+FABRIC = {"spines": 4, "leaves": 4, "hosts_per_leaf": 4}
+LINKS = {"link_mbps": LINK_MBPS, "delay_us": 1, "queue_kb": 12}
+SEEDS = (1, 2, 3)
+PERMUTATION_BYTES = 2_000_000  # 1.6 ms of payload at 10 Gbps
+QUICK_PERMUTATION_BYTES = 1_000_000
+# Virtual seconds a permutation may last: a flow unfinished by then reads its goodput over its
+# own active time (a one-path flow sharing a link 4 ways needs 6.4 ms for 2 MB), like htsim's
+# steady-state window, and the run's wall time stays bounded (4 ms x N=10000 = 40 s).
+PERMUTATION_DURATION_S = 0.004
+INCAST_SENDERS = 8
+QUICK_INCAST_SENDERS = 4  # htsim has a 4-sender row too: half the wall time
+INCAST_BYTES = 1_000_000
+INCAST_DURATION_S = 0.02  # virtual: ideal 6.4 ms, room for a timeout or two
+EMULATION = {"time_dilation": "auto", "max_reruns": 0}
+"""A bench reports each run's verdict rather than hunting for a valid N: under `auto` the runner
+would rerun an invalid run at 4 x N, i.e. 4 x the wall time (pass --time-dilation N instead)."""
+INCAST_DST = "h1"
+
+# What the rows are called, and which of htsim's rows each is compared with
+# (/work/shared/reference/htsim-leafspine.md, 4x4x4, mean over 3 seeds / lowest flow).
+PERMUTATION_ROWS = ("mrc", "mrc-16ev", "single-path")
+HTSIM = {
+    "mrc": {"what": "NDP, per-packet spraying over all paths", "mean": 87.7, "min": 87.0},
+    "mrc-16ev": {"what": "NDP, ECMP-hashed over 16 EVs", "mean": 76.7, "min": 67.3},
+    "single-path": {"what": "NDP, one path", "mean": 53.5, "min": 11.5},
+    "incast-8": {
+        "what": "NDP with trimming, 8 x 1 MB",
+        "last_us": 6764.0,
+        "ideal_us": 6400.0,
+        "ideal_over_last_pct": 94.6,
+        "retransmits": 108,
+        "timeouts": 0,
+    },
+    "incast-4": {
+        "what": "NDP with trimming, 4 x 1 MB",
+        "last_us": 3382.0,
+        "ideal_us": 3200.0,
+        "ideal_over_last_pct": 94.6,
+        "retransmits": 46,
+        "timeouts": 0,
+    },
+}
+NOT_EXPRESSIBLE = {"mrc-16ev": "n/a (needs transport.evs, issue 19)"}
+ROW_TRANSPORT = {"mrc": "mrc", "single-path": "single-path"}
+
+
+# ----- pure: scenarios, figures, differences ----------------------------------------------------
+
+
+def permutation_scenario(seed: int, nbytes: int, fabric: dict | None = None) -> dict:
+    return {
+        "name": f"fidelity-permutation-s{seed}",
+        "description": "bench fidelity: permutation, per-flow utilisation against htsim",
+        "topology": {**(fabric or FABRIC), **LINKS},
+        "transport": ["mrc"],
+        "workload": {"kind": "permutation", "bytes": nbytes},
+        "duration_s": PERMUTATION_DURATION_S,
+        "seed": seed,
+        "emulation": dict(EMULATION),
+    }
+
+
+def incast_senders(fabric: dict, n: int = INCAST_SENDERS, dst: str = INCAST_DST) -> list[str]:
+    """`n` senders on leaves other than `dst`'s (h1's: leaf 1), in host order."""
+    per_leaf = fabric["hosts_per_leaf"]
+    hosts = [f"h{i}" for i in range(per_leaf + 1, fabric["leaves"] * per_leaf + 1)]
+    if len(hosts) < n:
+        raise BenchError(f"bench fidelity: the fabric has {len(hosts)} hosts off leaf 1, not {n}")
+    return hosts[:n]
+
+
+def incast_scenario(fabric: dict | None = None, n: int = INCAST_SENDERS) -> dict:
+    fabric = fabric or FABRIC
+    return {
+        "name": "fidelity-incast",
+        "description": "bench fidelity: incast with trimming against htsim",
+        "topology": {**fabric, **LINKS, "trimming": True},
+        "transport": ["mrc"],
+        "workload": {
+            "kind": "incast",
+            "dst": INCAST_DST,
+            "srcs": incast_senders(fabric, n),
+            "bytes": INCAST_BYTES,
+        },
+        "duration_s": INCAST_DURATION_S,
+        "seed": 1,
+        "emulation": dict(EMULATION),
+    }
+
+
+def flow_utilisation_pct(flows: list[dict], link_mbps: float) -> list[float]:
+    """Each flow's payload goodput as a percentage of the link rate (a flow with no goodput
+    reads 0: it is a flow that got nothing, not a flow that does not exist)."""
+    return [100.0 * (f.get("goodput_mbps") or 0.0) / link_mbps for f in flows]
+
+
+def permutation_figures(per_seed: list[list[float]]) -> dict[str, float | None]:
+    """htsim's two numbers from per-seed per-flow utilisations: the mean over the seeds of each
+    seed's mean, and the lowest flow of any seed (htsim: "lowest flow in the worst seed")."""
+    seeds = [u for u in per_seed if u]
+    if not seeds:
+        return {"mean": None, "min": None}
+    return {
+        "mean": round(statistics.fmean(statistics.fmean(u) for u in seeds), 1),
+        "min": round(min(min(u) for u in seeds), 1),
+    }
+
+
+def diff_points(measured: float | None, reference: float | None) -> float | None:
+    """Measured minus reference, in percentage points (None if either is missing)."""
+    if measured is None or reference is None:
+        return None
+    return round(measured - reference, 1)
+
+
+def incast_figures(entry: dict, senders: int, nbytes: int, link_mbps: float) -> dict[str, Any]:
+    """From a summary.json transport entry of an incast: the last flow's completion (µs, from
+    its own first post: the flows start together), the ideal (every payload byte at the link
+    rate), ideal / last, the RTO count and every retransmit by reason."""
+    flows = entry.get("flows", [])
+    fcts = [f.get("fct_ms") for f in flows]
+    done = len(flows) == senders and all(v is not None for v in fcts)
+    last_us = max(v for v in fcts if v is not None) * 1e3 if any(fcts) else None
+    ideal_us = senders * nbytes * 8 / (link_mbps * 1e6) * 1e6
+    retx = dict(entry.get("retransmits", {}))
+    return {
+        "all_done": done,
+        "last_us": None if last_us is None else round(last_us, 1),
+        "ideal_us": round(ideal_us, 1),
+        "ideal_over_last_pct": round(100 * ideal_us / last_us, 1) if last_us else None,
+        "rto": int(retx.get("rto", 0)),
+        "retransmits": retx,
+        "retransmits_total": sum(retx.values()),
+        "trims": entry.get("trims"),
+        "spread_pct": _spread_pct([v for v in fcts if v is not None]),
+    }
+
+
+def _spread_pct(fcts: list[float]) -> float | None:
+    """How far apart the flows finished: (last - first) / last."""
+    return round(100 * (max(fcts) - min(fcts)) / max(fcts), 1) if fcts and max(fcts) > 0 else None
+
+
+def run_record(entry: dict, wall_s: float, out_dir: Path) -> dict[str, Any]:
+    """What the table prints of one run beside its figures: verdict, N, wall time."""
+    emu = entry.get("emulation", {})
+    return {
+        "valid": bool(emu.get("valid", False)),
+        "invalid_reasons": list(emu.get("invalid_reasons", [])),
+        "time_dilation": emu.get("time_dilation"),
+        "reruns": emu.get("reruns", 0),
+        "real_s": emu.get("real_s"),
+        "virtual_s": emu.get("virtual_s"),
+        "wall_s": round(wall_s, 1),
+        "out_dir": str(out_dir),
+    }
+
+
+def validity_cell(runs: list[dict]) -> str:
+    """`valid` if every run was, else `INVALID (k/n)`: a row's figure is worth what its worst
+    run is worth."""
+    bad = sum(not r["valid"] for r in runs)
+    return "valid" if runs and not bad else f"INVALID ({bad}/{len(runs)})"
+
+
+# ----- the runs ---------------------------------------------------------------------------------
+
+
+def _run_one(scenario: dict, transport: str, out_dir: Path, dilation) -> tuple[dict, dict]:
+    """One transport's run through the public runner: (its summary.json entry, run record)."""
+    sc = load(scenario)
+    t0 = time.monotonic()
+    outcome = run_scenario(
+        sc,
+        [transport],
+        out_dir,
+        progress=Progress(stream=sys.stderr, live=False),
+        time_dilation=dilation,
+    )
+    wall = time.monotonic() - t0
+    entry = outcome.summary["transports"][transport]
+    rec = run_record(entry, wall, out_dir)
+    print(
+        f"  {scenario['name']} {transport}: "
+        f"{'valid' if rec['valid'] else 'INVALID'} at N={rec['time_dilation']:g}, "
+        f"wall {rec['wall_s']:.1f} s",
+        file=sys.stderr,
+        flush=True,
+    )
+    return entry, rec
+
+
+def default_results_dir() -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return Path("results") / f"bench-fidelity-{stamp}"
+
+
+def run_fidelity_bench(
+    quick: bool = False, time_dilation: float | str = "auto", out: Path | None = None
+) -> dict:
+    """The whole fidelity bench; returns the docs/design.md "Benchmark output"-shaped object.
+
+    quick (CI): one seed, 1 MB flows and a 4 -> 1 incast, on the same 4x4x4 fabric."""
+    if os.geteuid() != 0:
+        raise BenchError("bench fidelity needs root (it creates network namespaces): use sudo")
+    started = time.time()
+    out = out or default_results_dir()
+    seeds = SEEDS[:1] if quick else SEEDS
+    nbytes = QUICK_PERMUTATION_BYTES if quick else PERMUTATION_BYTES
+    per_seed: dict[str, list[list[float]]] = {r: [] for r in ROW_TRANSPORT}
+    runs: dict[str, list[dict]] = {r: [] for r in (*ROW_TRANSPORT, "incast")}
+    for seed in seeds:
+        sc = permutation_scenario(seed, nbytes)
+        for row, transport in ROW_TRANSPORT.items():
+            entry, rec = _run_one(sc, transport, out / f"permutation-s{seed}-{row}", time_dilation)
+            util = flow_utilisation_pct(entry.get("flows", []), LINK_MBPS)
+            rec["flow_util_pct"] = [round(u, 1) for u in util]
+            per_seed[row].append(util)
+            runs[row].append(rec)
+    permutation = []
+    for row in PERMUTATION_ROWS:
+        ref = HTSIM[row]
+        if row in NOT_EXPRESSIBLE:
+            permutation.append(
+                {"row": row, "htsim": ref, "measured": None, "note": NOT_EXPRESSIBLE[row]}
+            )
+            continue
+        fig = permutation_figures(per_seed[row])
+        permutation.append(
+            {
+                "row": row,
+                "htsim": ref,
+                "measured": fig,
+                "diff_points": {k: diff_points(fig[k], ref[k]) for k in ("mean", "min")},
+                "validity": validity_cell(runs[row]),
+                "runs": runs[row],
+            }
+        )
+    senders = QUICK_INCAST_SENDERS if quick else INCAST_SENDERS
+    inc_sc = incast_scenario(n=senders)
+    entry, rec = _run_one(inc_sc, "mrc", out / f"incast{senders}-mrc", time_dilation)
+    fig = incast_figures(entry, senders, INCAST_BYTES, LINK_MBPS)
+    ref = HTSIM[f"incast-{senders}"]
+    incast = {
+        "senders": senders,
+        "bytes_each": INCAST_BYTES,
+        "htsim": ref,
+        "measured": fig,
+        "diff_points": {
+            "ideal_over_last_pct": diff_points(
+                fig["ideal_over_last_pct"], ref["ideal_over_last_pct"]
+            )
+        },
+        "validity": validity_cell([rec]),
+        "runs": [rec],
+    }
+    return {
+        "bench": "fidelity",
+        "fabric": {**FABRIC, **LINKS},
+        "link_mbps": LINK_MBPS,
+        "seeds": list(seeds),
+        "permutation_bytes": nbytes,
+        "permutation": permutation,
+        "incast": incast,
+        "results_dir": str(out),
+        "meta": bench_meta(
+            len(seeds),
+            started,
+            "each run through testbed.experiment.runner.run_scenario; utilisation = per-flow "
+            "payload goodput / link rate; htsim's figures from htsim-leafspine.md (NDP/EQDS, "
+            "30 ms flows: expect the shape, not the digits)",
+            quick=quick,
+            time_dilation=time_dilation,
+        ),
+    }
+
+
+# ----- the table --------------------------------------------------------------------------------
+
+
+def _f(v, fmt: str = "{:.1f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def _signed(v) -> str:
+    return "-" if v is None else f"{v:+.1f}"
+
+
+def _runs_cell(runs: list[dict]) -> str:
+    ns = sorted({r["time_dilation"] for r in runs if r["time_dilation"] is not None})
+    wall = sum(r["wall_s"] for r in runs)
+    return f"N={','.join(f'{n:g}' for n in ns)}  wall {wall:.0f} s ({len(runs)} run(s))"
+
+
+def format_fidelity_table(d: dict) -> str:
+    """The human-readable form of a run_fidelity_bench() result."""
+    fab = d["fabric"]
+    lines = [
+        f"fidelity bench: {fab['spines']} spines x {fab['leaves']} leaves x "
+        f"{fab['hosts_per_leaf']} hosts, {fab['link_mbps'] / 1000:g} Gbps, {fab['delay_us']} µs "
+        f"links, {fab['queue_kb']} kB queues; seeds {d['seeds']}; "
+        f"{d['permutation_bytes'] / 1e6:g} MB per flow"
+        + (" (quick)" if d["meta"]["quick"] else ""),
+        "",
+        "permutation, per-flow utilisation % (mean over seeds / lowest flow)",
+        f"  {'row':12} {'measured':>13} {'htsim':>13} {'diff points':>13}  {'validity':14} runs",
+    ]
+    for r in d["permutation"]:
+        ref = r["htsim"]
+        href = f"{ref['mean']:.1f} / {ref['min']:.1f}"
+        if r["measured"] is None:
+            lines.append(f"  {r['row']:12} {r['note']}  (htsim {href}: {ref['what']})")
+            continue
+        m, dp = r["measured"], r["diff_points"]
+        lines.append(
+            f"  {r['row']:12} {_f(m['mean']):>6} / {_f(m['min']):<4} {href:>13} "
+            f"{_signed(dp['mean']):>6} / {_signed(dp['min']):<5}  {r['validity']:14} "
+            f"{_runs_cell(r['runs'])}"
+        )
+    inc = d["incast"]
+    m, ref = inc["measured"], inc["htsim"]
+    lines += [
+        "",
+        f"incast {inc['senders']} -> 1, {inc['bytes_each'] / 1e6:g} MB each, trimming",
+        f"  {'':12} {'last done µs':>12} {'ideal µs':>9} {'ideal/last %':>12} {'RTOs':>5} "
+        f"{'retransmits':>11}",
+        f"  {'measured':12} {_f(m['last_us']):>12} {_f(m['ideal_us']):>9} "
+        f"{_f(m['ideal_over_last_pct']):>12} {m['rto']:>5} {m['retransmits_total']:>11}"
+        f"  {inc['validity']}  {_runs_cell(inc['runs'])}"
+        + ("" if m["all_done"] else "  NOT ALL FLOWS DONE"),
+        f"  {'htsim':12} {ref['last_us']:>12.1f} {ref['ideal_us']:>9.1f} "
+        f"{ref['ideal_over_last_pct']:>12.1f} {ref['timeouts']:>5} {ref['retransmits']:>11}",
+        f"  {'diff points':12} {'':>12} {'':>9} "
+        f"{_signed(inc['diff_points']['ideal_over_last_pct']):>12}",
+        "",
+        f"results: {d['results_dir']}   ({d['meta']['seconds']:.0f} s in all)",
+    ]
+    invalid = [
+        (r["row"], run) for r in d["permutation"] for run in r.get("runs", []) if not run["valid"]
+    ] + [("incast", run) for run in inc["runs"] if not run["valid"]]
+    for row, run in invalid:
+        lines.append(
+            f"  INVALID {row} at N={run['time_dilation']:g}: " + "; ".join(run["invalid_reasons"])
+        )
+    return "\n".join(lines)

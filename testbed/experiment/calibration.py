@@ -1,0 +1,66 @@
+"""The machine's measured budget: packet-hops per real second it carries validly, cached.
+
+`testbed calibrate` (testbed.bench.calibrate) measures it on a small fabric and writes it here;
+`time_dilation: auto` reads it (testbed.experiment.dilation). A calibration is tied to the
+machine it was measured on: one from another CPU model or core count, another Python, or older
+than MAX_AGE_DAYS is stale and ignored (the fallback budget applies, and the run says so).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+CACHE_ENV = "TESTBED_CALIBRATION"
+DEFAULT_PATH = Path("/var/cache/mrc-testbed/calibration.json")
+MAX_AGE_DAYS = 30
+
+
+def cache_path() -> Path:
+    return Path(os.environ.get(CACHE_ENV, DEFAULT_PATH))
+
+
+def machine() -> dict:
+    """What a calibration is valid for."""
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version()}
+
+
+def save_budget(hops_per_s: float, detail: dict, path: Path | None = None) -> Path:
+    path = path or cache_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {
+        "budget_hops_per_s": hops_per_s,
+        "measured_at": time.time(),
+        "machine": machine(),
+        "detail": detail,
+    }
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=1))
+    os.replace(tmp, path)
+    return path
+
+
+def load_budget(path: Path | None = None) -> tuple[float, str] | None:
+    """(packet-hops per real second, "calibrated") if a fresh calibration of this machine
+    exists, else None."""
+    path = path or cache_path()
+    try:
+        record = json.loads(path.read_text())
+        hops = float(record["budget_hops_per_s"])
+        age_days = (time.time() - float(record["measured_at"])) / 86400
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if record.get("machine") != machine() or not 0 <= age_days <= MAX_AGE_DAYS or hops <= 0:
+        return None
+    return hops, "calibrated"

@@ -1,0 +1,49 @@
+"""The transport's time constants for one fabric at one time dilation.
+
+`endpoint.config.TransportConfig`'s defaults were tuned on the reference fabric (100 Mbps,
+20 µs links; docs/transport.md) and `endpoint.process_config.EMULATION_TRANSPORT` raises three
+of them above what a process descheduled on two shared cores may wait. Neither fits a 10 Gbps
+fabric with 1 µs links, whose base RTT is 50 times shorter. So every job's transport gets:
+
+- each time constant x the fabric's time scale (topologies.timing.time_scale: its base RTT over
+  the reference's, at most 1): RTO, probe intervals, reorder allowance, NSCC's target delay,
+  the ACK delay, single-path's RC-style timeout;
+- the real-time hazards / N (contracts.clock.hazard) as floors where a late process would
+  otherwise fire a timer spuriously: at N = 1000, 50 ms of real descheduling is 50 µs.
+
+A scenario's own `transport:` overrides (and per-job ones) still win over these.
+"""
+
+from __future__ import annotations
+
+from contracts.clock import hazard
+from endpoint.config import TransportConfig
+from endpoint.process_config import EMULATION_TRANSPORT, HAZARD_KEYS
+from topologies import TopologyParams
+from topologies.timing import time_scale
+
+SCALED_KEYS = (
+    "target_qdelay",
+    "rto_initial",
+    "rto_min",
+    "rto_max",
+    "reorder_min",
+    "single_path_rto",
+    "probe_interval",
+    "probe_interval_max",
+    "ack_delay",
+)
+"""TransportConfig fields that are durations tuned on the reference fabric."""
+
+
+def transport_timing(params: TopologyParams, dilation: float = 1.0) -> dict[str, float]:
+    """TransportConfig overrides (virtual seconds) for a fabric with `params` at `dilation`."""
+    scale = time_scale(params)
+    defaults = TransportConfig()
+    out: dict[str, float] = {k: getattr(defaults, k) * scale for k in SCALED_KEYS}
+    for k in HAZARD_KEYS:
+        out[k] = max(out[k], hazard(EMULATION_TRANSPORT[k], dilation))
+    out["rto_initial"] = max(out["rto_initial"], out["rto_min"])
+    out["rto_max"] = max(out["rto_max"], out["rto_initial"])
+    out["probe_interval_max"] = max(out["probe_interval_max"], out["probe_interval"])
+    return out

@@ -1,0 +1,232 @@
+"""The pure parts of `testbed bench capacity` and `testbed bench fidelity`: the N search, the
+figures taken from a results folder, the differences from htsim and the tables (no fabric)."""
+
+from __future__ import annotations
+
+import pytest
+
+from testbed.bench import capacity_bench as cap
+from testbed.bench import fidelity_bench as fid
+from testbed.experiment.api import load
+
+# ----- capacity: the search ---------------------------------------------------------------------
+
+
+def _search(start: float, valid_from: float, max_steps: int = 6) -> tuple[list[float], float]:
+    """Run next_dilation against a machine on which every N >= valid_from is valid."""
+    tried: dict[float, bool] = {}
+    order = []
+    while (n := cap.next_dilation(tried, start, max_steps)) is not None:
+        order.append(n)
+        tried[n] = n >= valid_from
+    return order, cap.smallest_valid(tried)
+
+
+def test_search_halves_while_valid_until_bracketed():
+    order, best = _search(8000, 1500)
+    assert order == [8000, 4000, 2000, 1000] and best == 2000
+
+
+def test_search_doubles_while_invalid_then_stops_at_the_first_valid():
+    order, best = _search(1000, 3000)
+    assert order == [1000, 2000, 4000] and best == 4000  # 2000 invalid already brackets it
+
+
+def test_search_stops_at_n_1_and_after_max_steps():
+    assert _search(4, 1) == ([4, 2, 1], 1)
+    order, best = _search(100_000, 1, max_steps=3)
+    assert order == [100_000, 50_000, 25_000] and best == 25_000
+
+
+def test_search_never_passes_the_largest_dilation():
+    from contracts.clock import MAX_DILATION
+
+    order, best = _search(MAX_DILATION, MAX_DILATION * 4)
+    assert order == [MAX_DILATION] and best is None
+
+
+def test_search_takes_a_bracket_tighter_than_a_factor_2():
+    tried = {3000.0: True, 2000.0: False}
+    assert cap.next_dilation(tried, 3000, 10) is None
+
+
+def test_search_starts_at_1_at_least():
+    assert cap.next_dilation({}, 0.3, 4) == 1.0
+
+
+# ----- capacity: figures from switch_counters.json ----------------------------------------------
+
+COUNTERS = {
+    "leaf1": {"cpu_s": 0.5, "ports": {"a": {"tx_packets": 600}, "b": {"tx_packets": 400}}},
+    "spine1": {"cpu_s": 0.25, "ports": {"c": {"tx_packets": 1000}}},
+}
+
+
+def test_hops_and_cpu_per_hop():
+    assert cap.fabric_hops(COUNTERS) == 2000
+    assert cap.hops_per_real_s(COUNTERS, 2.0) == 1000
+    assert cap.hops_per_real_s(COUNTERS, 0.0) is None
+    assert cap.switch_cpu_us_per_hop(COUNTERS) == 375.0
+    assert cap.switch_cpu_us_per_hop({}) is None
+
+
+def test_needed_dilation():
+    assert cap.needed_dilation(20e6, 10e3) == 2000
+    assert cap.needed_dilation(1e3, 10e3) == 1.0
+    assert cap.needed_dilation(1e3, 0) is None
+
+
+@pytest.mark.parametrize("fabric", list(cap.FABRICS))
+def test_capacity_scenarios_validate(fabric):
+    sc = load(cap.scenario(fabric))
+    assert sc.topology.link_mbps == cap.LINK_MBPS and sc.emulation.max_reruns == 0
+
+
+def _capacity_result() -> dict:
+    run = {
+        "time_dilation": 2000.0, "valid": True, "invalid_reasons": [], "hops_per_real_s": 9000.0,
+        "goodput_fraction": 0.87, "wall_s": 5.0,
+    }  # fmt: skip
+    bad = run | {"time_dilation": 1.0, "valid": False, "invalid_reasons": ["CPU saturated"],
+                 "hops_per_real_s": 30000.0, "goodput_fraction": 0.1}  # fmt: skip
+    return {
+        "bench": "capacity",
+        "link_mbps": 10000.0,
+        "fabrics": [
+            {
+                "fabric": "2x2x2",
+                "hosts": 4,
+                "aggregate_gbps": 40.0,
+                "auto_predicted_n": 2000.0,
+                "smallest_valid_n": 2000.0,
+                "bracketed": False,
+                "hops_per_real_s": 9000.0,
+                "switch_cpu_us_per_hop": 40.0,
+                "wall_s": 5.0,
+                "baseline_n1": bad,
+                "runs": [run],
+            }
+        ],
+        "budget_hops_per_real_s": 9000.0,
+        "budget_from": "2x2x2",
+        "switch_bench": {"cpu_us_per_packet": None, "note": "not measured"},
+        "results_dir": "/tmp/x",
+        "meta": {"quick": True, "cpus": 2, "load_avg": (1.0, 1.0, 1.0), "seconds": 12.0},
+    }
+
+
+def test_capacity_table_marks_invalid_runs_and_an_unbracketed_n():
+    text = cap.format_capacity_table(_capacity_result())
+    assert "2000 (upper)" in text and "INVALID, 30,000 hops/s" in text
+    assert "(CPU saturated)" in text and "9,000" in text
+
+
+# ----- fidelity ---------------------------------------------------------------------------------
+
+
+def test_utilisation_and_figures():
+    flows = [{"goodput_mbps": 8000.0}, {"goodput_mbps": 9000.0}, {"goodput_mbps": None}]
+    assert fid.flow_utilisation_pct(flows, 10000) == [80.0, 90.0, 0.0]
+    fig = fid.permutation_figures([[80.0, 90.0], [70.0, 100.0]])
+    assert fig == {"mean": 85.0, "min": 70.0}
+    assert fid.permutation_figures([]) == {"mean": None, "min": None}
+
+
+def test_diff_points():
+    assert fid.diff_points(85.04, 87.7) == -2.7
+    assert fid.diff_points(None, 87.7) is None
+
+
+def test_incast_figures():
+    entry = {
+        "flows": [{"fct_ms": 7.0}, {"fct_ms": 6.5}],
+        "retransmits": {"rto": 2, "nack": 30},
+        "trims": 40,
+    }
+    fig = fid.incast_figures(entry, senders=2, nbytes=1_000_000, link_mbps=10_000)
+    assert fig["ideal_us"] == 1600.0 and fig["last_us"] == 7000.0
+    assert fig["ideal_over_last_pct"] == round(100 * 1600 / 7000, 1)
+    assert fig["rto"] == 2 and fig["retransmits_total"] == 32 and fig["all_done"]
+    unfinished = fid.incast_figures({"flows": [{"fct_ms": None}]}, 2, 1_000_000, 10_000)
+    assert not unfinished["all_done"] and unfinished["last_us"] is None
+
+
+def test_incast_senders_are_off_the_receivers_leaf():
+    assert fid.incast_senders(fid.FABRIC) == [f"h{i}" for i in range(5, 13)]
+    with pytest.raises(fid.BenchError):
+        fid.incast_senders({"leaves": 2, "hosts_per_leaf": 2})
+
+
+def test_fidelity_scenarios_validate():
+    sc = load(fid.permutation_scenario(2, 1_000_000))
+    assert sc.seed == 2 and sc.workload.kind == "permutation" and len(sc.hosts()) == 16
+    for n in (fid.INCAST_SENDERS, fid.QUICK_INCAST_SENDERS):
+        sc = load(fid.incast_scenario(n=n))
+        assert len(sc.workload.srcs) == n and sc.topology.trimming
+        assert f"incast-{n}" in fid.HTSIM
+
+
+def test_validity_cell():
+    assert fid.validity_cell([{"valid": True}, {"valid": True}]) == "valid"
+    assert fid.validity_cell([{"valid": True}, {"valid": False}]) == "INVALID (1/2)"
+    assert fid.validity_cell([]) == "INVALID (0/0)"
+
+
+def _run(valid: bool = True) -> dict:
+    return {"valid": valid, "invalid_reasons": [] if valid else ["CPU saturated (97%)"],
+            "time_dilation": 10000.0, "wall_s": 30.0}  # fmt: skip
+
+
+def test_fidelity_table():
+    d = {
+        "fabric": {**fid.FABRIC, **fid.LINKS},
+        "seeds": [1],
+        "permutation_bytes": 1_000_000,
+        "permutation": [
+            {
+                "row": "mrc",
+                "htsim": fid.HTSIM["mrc"],
+                "measured": {"mean": 86.0, "min": 80.0},
+                "diff_points": {"mean": -1.7, "min": -7.0},
+                "validity": "valid",
+                "runs": [_run()],
+            },
+            {
+                "row": "mrc-16ev",
+                "htsim": fid.HTSIM["mrc-16ev"],
+                "measured": None,
+                "note": fid.NOT_EXPRESSIBLE["mrc-16ev"],
+            },
+            {
+                "row": "single-path",
+                "htsim": fid.HTSIM["single-path"],
+                "measured": {"mean": 50.0, "min": 20.0},
+                "diff_points": {"mean": -3.5, "min": 8.5},
+                "validity": "INVALID (1/1)",
+                "runs": [_run(False)],
+            },
+        ],
+        "incast": {
+            "senders": 4,
+            "bytes_each": 1_000_000,
+            "htsim": fid.HTSIM["incast-4"],
+            "measured": {
+                "last_us": 3500.0,
+                "ideal_us": 3200.0,
+                "ideal_over_last_pct": 91.4,
+                "rto": 0,
+                "retransmits_total": 20,
+                "all_done": True,
+            },
+            "diff_points": {"ideal_over_last_pct": -3.2},
+            "validity": "valid",
+            "runs": [_run()],
+        },
+        "results_dir": "/tmp/x",
+        "meta": {"quick": True, "seconds": 100.0},
+    }
+    text = fid.format_fidelity_table(d)
+    assert "n/a (needs transport.evs, issue 19)" in text
+    assert "-1.7 / -7.0" in text and "87.7 / 87.0" in text
+    assert "INVALID single-path at N=10000: CPU saturated (97%)" in text
+    assert "+8.5" in text and "-3.2" in text and "(quick)" in text
