@@ -198,3 +198,23 @@ def test_summary_json_round_trips_strictly(result, tmp_path):
     assert json.loads(path.read_text()) == s
     with pytest.raises(ValueError):
         write_summary(tmp_path, {**s, "seed": float("nan")})
+
+
+def test_the_verdict_opens_the_report_and_skipped_transports_are_named(result):
+    sc, metrics, applied = result
+    s = summary_of(sc, metrics, applied)
+    s["emulation"] |= {"valid": False, "invalid_reasons": ["mrc: CPU saturated (99% of all cores)"],
+                       "time_dilation": 20.0}  # fmt: skip
+    s["transports"]["mrc"]["emulation"] = {
+        "valid": False, "time_dilation": 20.0, "switch_late_us_p99": 900.0,
+        "endpoint_late_us_p99": 10.0, "real_s": 3.0,
+        "limits": {"switch_late_us": 606.0, "endpoint_late_us": 1323.0},
+    }  # fmt: skip
+    s["skipped"] = {"tcp": "kernel transport: runs in real time only"}
+    text = render_report(s, scenario=sc)
+    first = text.index("> **INVALID RUN** (time dilation 20): mrc: CPU saturated")
+    assert first < text.index("## Side by side"), "before any number"
+    assert "- **tcp not run**: kernel transport: runs in real time only." in text
+    assert "| mrc | **INVALID** | 20 | 900 / 606 | 10 / 1.32e+03 | 3 |" in text
+    s["emulation"] |= {"valid": True, "invalid_reasons": [], "real_s": 3.0, "virtual_s": 0.15}
+    assert "> Valid run: the emulator kept up at time dilation 20" in render_report(s)

@@ -207,6 +207,10 @@ def render_report(
 
     names, rows = comparison_rows(summary, metrics)
     out += ["## Side by side", "", markdown_table(["", *names], [[lab, *c] for lab, c in rows]), ""]
+    for t, why in summary.get("skipped", {}).items():
+        out += [f"- **{t} not run**: {why}."]
+    if summary.get("skipped"):
+        out += [""]
     out += [
         "goodput: delivered bytes over the active period (first post to last completion), in "
         "parentheses as a share of the ideal-multipath bottleneck; max stall: longest time with "
