@@ -201,3 +201,10 @@ def test_the_emulation_block_defaults_to_auto_and_names_a_bad_value():
             validate(DC_SCENARIO | {"emulation": {"time_dilation": bad}})
     with pytest.raises(ScenarioError, match=r"emulation\.speed"):
         validate(DC_SCENARIO | {"emulation": {"speed": 2}})
+
+
+def test_a_kernel_transport_with_a_given_dilation_is_refused_naming_the_key():
+    with pytest.raises(ScenarioError, match=r"transport: tcp runs on the kernel's clocks"):
+        validate(DC_SCENARIO | {"transport": ["mrc", "tcp"], "emulation": {"time_dilation": 10}})
+    validate(DC_SCENARIO | {"transport": ["mrc", "tcp"], "emulation": {"time_dilation": 1}})
+    validate(DC_SCENARIO | {"transport": ["mrc", "tcp"]})  # auto: decided once N is known

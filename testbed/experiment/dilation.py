@@ -27,7 +27,6 @@ from contracts.clock import MAX_DILATION, check_dilation
 from testbed.scenario import Scenario, workload_hosts
 from topologies.timing import path_links
 
-KERNEL_TRANSPORTS = frozenset({"tcp", "mptcp"})
 FALLBACK_BUDGET = 20_000.0
 """Packet-hops per real second, when no calibration exists (see calibrate)."""
 HEADROOM = 0.7

@@ -64,6 +64,8 @@ __all__ = [
 ]
 
 TRANSPORTS: tuple[str, ...] = ("mrc", "single-path", "spray-no-failover", "tcp", "mptcp")
+KERNEL_TRANSPORTS = frozenset({"tcp", "mptcp"})
+"""Transports on the kernel's clocks: they run in real time only (time dilation 1)."""
 FAILURE_ACTIONS = frozenset(
     {"link-down", "blackhole", "loss", "degrade", "flap", "switch-down", "plane-down"}
 )

@@ -26,6 +26,7 @@ from contracts.workloads import WorkloadSpecError, check_hosts
 from testbed.scenario.schema import (
     ACTIONS,
     EVENT_MODELS,
+    KERNEL_TRANSPORTS,
     TRANSPORTS,
     WORKLOAD_KINDS,
     WORKLOAD_MODELS_BY_KIND,
@@ -251,6 +252,7 @@ def _check_meaning(sc: Scenario) -> None:
     for i, event in enumerate(sc.events):
         _collect(issues, lambda i=i, event=event: _check_event(f"events[{i}]", event, sc, fabric))
     _collect(issues, lambda: _check_expect(sc))
+    _collect(issues, lambda: _check_emulation(sc))
     if issues:
         raise ScenarioError(issues[0].path, issues[0].reason, issues=issues)
 
@@ -281,6 +283,19 @@ def _check_expect(sc: Scenario) -> None:
         issues.append(Issue("expect.max_failover_ms", "the timeline has no failure event"))
     if issues:
         raise ScenarioError(issues[0].path, issues[0].reason, issues=issues)
+
+
+def _check_emulation(sc: Scenario) -> None:
+    """A kernel transport reads the kernel's clocks, which nobody can dilate: a given N > 1
+    cannot run it (under `auto`, the runner decides once N is known)."""
+    n = sc.emulation.time_dilation
+    kernel = [t for t in sc.transports if t in KERNEL_TRANSPORTS]
+    if n != "auto" and n > 1 and kernel:
+        raise ScenarioError(
+            "transport",
+            f"{kernel[0]} runs on the kernel's clocks, which cannot be dilated; "
+            f"emulation.time_dilation {n:g} needs 1 for it",
+        )
 
 
 def _check_event(path: str, event: Event, sc: Scenario, fabric: Fabric) -> None:
