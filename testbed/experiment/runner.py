@@ -56,7 +56,6 @@ from testbed.analysis.report import write_report, write_summary, write_timeserie
 from testbed.analysis.validity import Thresholds, Timing, Verdict, banner, judge
 from testbed.experiment.calibration import load_budget
 from testbed.experiment.dilation import (
-    KERNEL_TRANSPORTS,
     RERUN_FACTOR,
     DilationPlan,
     kernel_fits,
@@ -78,6 +77,7 @@ from testbed.scenario import (
     Scenario,
     workload_hosts,
 )
+from testbed.scenario.schema import KERNEL_TRANSPORTS
 
 MONITOR_S = 0.25  # switch queue sampling and progress refresh
 JITTER_TICK_S = 0.002  # the jitter probe's sleep
