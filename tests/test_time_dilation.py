@@ -83,7 +83,8 @@ def test_transport_timers_follow_the_base_rtt_with_real_time_hazards_as_floors()
     assert dc["target_qdelay"] == pytest.approx(TransportConfig().target_qdelay * scale)
     assert dc["probe_interval"] == pytest.approx(1e-3 * scale)
     assert dc["rto_min"] == pytest.approx(max(15e-3 * scale, 50e-3 / 1000))
-    assert dc["reorder_min"] == pytest.approx(max(200e-6 * scale, 2e-3 / 1000))
+    drain = DC.queue_kb * 1000 * 8 / 10e9  # a full queue at the link rate
+    assert dc["reorder_min"] == pytest.approx(max(200e-6 * scale, 2e-3 / 1000, drain))
     assert dc["rto_min"] < 1e-3 and dc["rto_initial"] >= dc["rto_min"]
     TransportConfig(**dc)  # a valid configuration
 
