@@ -209,3 +209,23 @@ def test_a_kernel_transport_with_a_given_dilation_is_refused_naming_the_key():
         validate(DC_SCENARIO | {"transport": ["mrc", "tcp"], "emulation": {"time_dilation": 10}})
     validate(DC_SCENARIO | {"transport": ["mrc", "tcp"], "emulation": {"time_dilation": 1}})
     validate(DC_SCENARIO | {"transport": ["mrc", "tcp"]})  # auto: decided once N is known
+
+
+def test_an_unshaped_fabric_has_no_bottleneck_and_its_summary_is_strict_json(tmp_path):
+    """link_mbps 0: capacity is unbounded; the summary says null instead of failing to write
+    an infinity (write_summary is strict JSON)."""
+    from testbed.analysis.metrics import Emulation, build_summary, measure
+    from testbed.analysis.report import write_summary
+    from testbed.harness.records import Message, TransportRun
+
+    sc = validate(DC_SCENARIO | {"topology": DC_SCENARIO["topology"] | {"link_mbps": 0}})
+    run = TransportRun(
+        transport="mrc",
+        deliveries=[(0.001, 2_000_000), (0.002, 2_000_000)],
+        messages=[Message(0.0, 4_000_000, 0.002)],
+        end_s=0.003,
+    )
+    m = measure(run, sc, [])
+    assert m.goodput_fraction is None and m.summary_entry()["bottleneck_mbps"] is None
+    summary = build_summary(sc, events=[], transports={"mrc": m}, emulation=Emulation())
+    assert write_summary(tmp_path, summary).is_file()

@@ -115,14 +115,18 @@ class TransportMetrics:
 
     @property
     def goodput_fraction(self) -> float | None:
-        return self.goodput_mbps / self.bottleneck_mbps if self.bottleneck_mbps > 0 else None
+        b = self.bottleneck_mbps
+        return self.goodput_mbps / b if 0 < b < math.inf else None
 
     def summary_entry(self) -> dict[str, Any]:
         return {
             "delivered_bytes": self.delivered_bytes,
             "lost_bytes": self.lost_bytes,
             "goodput_mbps": _r(self.goodput_mbps),
-            "bottleneck_mbps": _r(self.bottleneck_mbps),
+            # None on unshaped links (link_mbps 0): no rate bounds the workload.
+            "bottleneck_mbps": _r(self.bottleneck_mbps)
+            if self.bottleneck_mbps < math.inf
+            else None,
             "max_stall_ms": _r(self.max_stall_ms),
             "failover_ms": _r(self.failover.ms),
             "retransmits": dict(self.retransmits),
@@ -432,7 +436,8 @@ def measure(
         active_end = run.end_s
     active = max(active_end - start, 1e-9)
     goodput = delivered * 8 / active / 1e6
-    bottleneck = capacity_mbps(scenario)
+    bottleneck = capacity_mbps(scenario)  # math.inf on unshaped links (link_mbps 0)
+    shaped = bottleneck < math.inf
 
     scale = time_scale(scenario.topology.params())  # windows follow the fabric's base RTT
     bin_s = BIN_S * scale
@@ -448,7 +453,7 @@ def measure(
         if a.event.is_failure:
             fail_times.append(a.time)
             after = capacity_mbps(scenario, so_far)
-            ratios.append(after / bottleneck if bottleneck > 0 else 1.0)
+            ratios.append(after / bottleneck if shaped and bottleneck > 0 else 1.0)
             # The failure lasts until the next event changes the fabric (a heal, usually).
             ends.append(next((t for t in applied_times if t > a.time), math.inf))
     fo, _ = failover(
@@ -458,7 +463,7 @@ def measure(
         fail_times,
         complete=complete,
         capacity_ratios=ratios,
-        fallback_mbps=FALLBACK_EFFICIENCY * bottleneck,
+        fallback_mbps=FALLBACK_EFFICIENCY * bottleneck if shaped else None,
         rhythm_s=step_rhythm_s(run.steps, min(fail_times, default=math.inf)),
         failure_ends=ends,
         bin_s=bin_s,

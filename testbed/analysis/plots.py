@@ -374,7 +374,7 @@ def plot_run(
         {n: (m.bin_times, m.goodput_bins) for n, m in metrics.items()},
         out_dir / "goodput.png",
         events=events,
-        bottleneck_mbps=first.bottleneck_mbps,
+        bottleneck_mbps=first.bottleneck_mbps if first.bottleneck_mbps < math.inf else None,
         title=f"{title}: goodput" if title else "Goodput",
     )
     for n, m in metrics.items():
