@@ -58,7 +58,7 @@ def time_scale(params) -> float:
     of its own and keeps the reference constants."""
     if params.link_mbps <= 0:
         return 1.0
-    frame = getattr(params, "mtu", 1500) + 14
+    frame = params.mtu + 14
     rtt = base_rtt_s(params.link_mbps, params.delay_us, params.leaves, params.uplink_mbps, frame)
     if rtt <= 0:
         return 1.0
