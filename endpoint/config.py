@@ -13,6 +13,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, replace
 from enum import Enum
 
+from contracts.defaults import LINK_MBPS
 from contracts.dscp import (
     CONTROL_DSCP,
     ECN_ECT0,
@@ -67,16 +68,32 @@ class TransportConfig:
     max_payload: int = mrc_payload(DEFAULT_MTU)
     window_psns: int = 4096  # receiver PSN window == most PSNs a sender has outstanding
 
-    # Congestion control (endpoint.cc).
-    init_cwnd: int = 32 * 1400
-    min_cwnd: int = 128  # below one packet the sender paces (endpoint.sender)
-    max_cwnd: int = 4 * 1024 * 1024
-    target_qdelay: float = 200e-6  # queueing delay NSCC aims for
-    md_gain: float = 0.8  # multiplicative decrease per (qdelay - target)/qdelay, ECN + delay
-    md_max: float = 0.5  # largest single decrease
-    trim_md: float = 1.0  # window decrease per trimmed packet, in units of that packet
-    pi_gain: float = 0.5  # proportional increase (no ECN, below target): of acked bytes
-    ai_bytes: int = 1400  # additive increase per RTT (no ECN, above target)
+    # Congestion control: NSCC as UET 1.0 specifies it (endpoint.nscc; Table 3-82's defaults,
+    # named as MRC's controller API names them). Relative constants resolve per connection
+    # from its base RTT and BDP; docs/transport.md, "NSCC".
+    base_rtt: float = 0.0  # seconds; 0 = the first measured round trip (the fabric sets it)
+    # The NIC's rate, with the base RTT the BDP: the endpoint process sets it from its pacing
+    # rate; the default is the reference fabric's link (contracts.defaults.LINK_MBPS).
+    line_rate_bps: float = LINK_MBPS * 1e6
+    target_qdelay: float | None = None  # seconds; None = target_rtts x base RTT
+    target_rtts: float = 0.75  # target queueing delay in base RTTs (the value with trimming)
+    max_window: float = 1.5  # MaxWnd, the initial and largest window, in BDPs
+    gamma: float = 0.8  # multiplicative decrease gain on (avg delay - target) / avg delay
+    max_md_jump: float = 0.5  # the smallest factor one decrease leaves
+    fi: float = 5.0  # fair increase, MTUs x scaling_a per window of ACKs
+    fi_scale: float = 0.25  # fast increase, bytes per acked byte x scaling_a
+    eta: float = 0.15  # additive increase per adjustment period, MTUs x scaling_a
+    alpha: float = 4.0  # proportional increase gain, MTUs x scaling_a x scaling_b per target
+    qa_gate: int = 3  # QuickAdapt only if acked bytes per period < MaxWnd >> qa_gate
+    qa_threshold: float = 0.0  # delay that triggers QuickAdapt, in targets; 0 = trims only
+    disable_qa: bool = False
+    adjust_bytes_threshold: int = 8  # apply accumulated increases after this many MTUs ...
+    adjust_period_threshold: float = 1.0  # ... or this many base RTTs (and add eta)
+    # NSCC's floor is one packet; below it the sender paces (endpoint.sender), which keeps a
+    # heavy incast on a slow fabric from a trim-NACK-resend loop whose trimmed headers alone
+    # fill the link (the endpoint process sets one full packet: docs/transport.md).
+    min_cwnd: int = 128
+    max_cwnd: int = 4 * 1024 * 1024  # a ceiling on MaxWnd whatever the BDP
 
     # RTT / timers.
     rto_initial: float = 20e-3
@@ -137,8 +154,11 @@ class TransportConfig:
             raise ValueError(f"max_payload must be 1..{mrc_payload(MAX_MTU)}")
         if not 1 <= self.window_psns <= MAX_WINDOW:
             raise ValueError(f"window_psns must be 1..{MAX_WINDOW}")
-        if not 0 < self.min_cwnd <= self.init_cwnd <= self.max_cwnd:
-            raise ValueError("need 0 < min_cwnd <= init_cwnd <= max_cwnd")
+        if not 0 < self.min_cwnd <= self.max_cwnd:
+            raise ValueError("need 0 < min_cwnd <= max_cwnd")
+        problem = self._nscc_problem()
+        if problem:
+            raise ValueError(problem)
         if self.reply_ev not in ("paired", "spray"):
             raise ValueError(f"reply_ev must be paired or spray, got {self.reply_ev!r}")
         if not 1 <= self.tail_copies <= 16:
@@ -152,6 +172,42 @@ class TransportConfig:
         problem = check_dscps(self.trimmable_dscp, self.trimmed_dscp, self.control_dscp)
         if problem:
             raise ValueError(problem)
+
+    def _nscc_problem(self) -> str | None:
+        """The first NSCC parameter out of range, as 'name: why' (None if all are fine)."""
+        v = self.base_rtt
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 10:
+            return f"base_rtt: must be seconds in [0, 10), got {v!r}"
+        v = self.line_rate_bps
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1e13:
+            return f"line_rate_bps: must be bits per second > 0, got {v!r}"
+        if self.target_qdelay is not None and not (
+            isinstance(self.target_qdelay, (int, float)) and 0 < self.target_qdelay < 10
+        ):
+            return f"target_qdelay: must be seconds in (0, 10) or null, got {self.target_qdelay!r}"
+        positive = ("target_rtts", "max_window", "adjust_period_threshold")
+        non_negative = ("fi", "fi_scale", "eta", "alpha", "qa_threshold")
+        for name in positive + non_negative + ("gamma", "max_md_jump"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                return f"{name}: must be a number, got {v!r}"
+        for name in positive:
+            if not getattr(self, name) > 0:
+                return f"{name}: must be > 0, got {getattr(self, name)}"
+        for name in non_negative:
+            if getattr(self, name) < 0:
+                return f"{name}: must be >= 0, got {getattr(self, name)}"
+        if not 0 <= self.gamma <= 1:
+            return f"gamma: must be in [0, 1], got {self.gamma}"
+        if not 0 < self.max_md_jump <= 1:
+            return f"max_md_jump: must be in (0, 1], got {self.max_md_jump}"
+        if isinstance(self.qa_gate, bool) or not isinstance(self.qa_gate, int):
+            return f"qa_gate: must be an integer 0..31, got {self.qa_gate!r}"
+        if not 0 <= self.qa_gate <= 31:
+            return f"qa_gate: must be 0..31, got {self.qa_gate}"
+        if not isinstance(self.adjust_bytes_threshold, int) or self.adjust_bytes_threshold < 1:
+            return f"adjust_bytes_threshold: must be an integer >= 1, got {self.adjust_bytes_threshold!r}"
+        return None
 
     @property
     def tos_data(self) -> int:

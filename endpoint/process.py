@@ -440,6 +440,7 @@ class EndpointProcess:
                     "retransmits": dict(conn.stats.retransmits),
                     "drops": dict(conn.stats.drops),
                     "cwnd": int(s.cc.cwnd),
+                    "cc": s.cc.snapshot(),
                     "srtt": s.rtt.srtt,
                     "inflight_bytes": s.inflight_bytes,
                     "evs_failed": sum(1 for p in s.evs.paths if p.state.value == "failed"),

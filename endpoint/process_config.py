@@ -168,6 +168,9 @@ def job_transport_config(cfg: EndpointConfig, req: dict) -> TransportConfig:
             f"(at most {mrc_payload(cfg.mtu)})"
         )
     params.setdefault("min_cwnd", payload)  # one full packet (EMULATION_TRANSPORT)
+    if cfg.pace_mbps and cfg.pace_mbps > 0:
+        # NSCC sizes its window from the NIC's rate: the rate the process paces at.
+        params.setdefault("line_rate_bps", cfg.pace_mbps * 1e6)
     if "mode" in req:
         params["mode"] = req["mode"]
     if "evs" in req:

@@ -22,10 +22,10 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from endpoint.cc import WindowCC
 from endpoint.config import Mode, TransportConfig
 from endpoint.ev import EVSet
 from endpoint.ev_path import EVPath, EVState
+from endpoint.nscc import Nscc
 from endpoint.outgoing import ACKED, INFLIGHT, LOST, OutPacket
 from endpoint.psn import psn_diff
 from endpoint.rtt import RttEstimator
@@ -74,7 +74,7 @@ class Recovery:
         stats: ConnectionStats,
         evs: EVSet,
         rtt: RttEstimator,
-        cc: WindowCC,
+        cc: Nscc,
     ) -> None:
         self.cfg = cfg
         self.policy = policy = POLICIES[cfg.mode]
@@ -351,7 +351,7 @@ class Recovery:
 
     def _on_rto(self, rto: float, snd_una: int, now: float) -> None:
         self.stats.counters["rto_fired"] += 1
-        self.cc.on_rto()
+        self.cc.on_rto(next(iter(self.inflight.values())).length)
         if self.policy.single_path:
             self._rewind("rto", snd_una, now)
             return

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections import deque
 
 from endpoint import codec
-from endpoint.cc import WindowCC
 from endpoint.codec import AckPacket, NackPacket, ProbeAckPacket
 from endpoint.config import TransportConfig
 from endpoint.ev import EVSet
 from endpoint.ev_path import EVPath, EVState
+from endpoint.nscc import Nscc
 from endpoint.outgoing import INFLIGHT, LOST, OutMessage, OutPacket
 from endpoint.psn import PSN_MASK, psn_add, psn_diff
 from endpoint.recovery import LAST_RESORT, Recovery
@@ -48,7 +48,7 @@ class Sender:
         self.remote_qp = remote_qp
         self.stats = stats
         self.evs = EVSet(cfg, on_change=self._ev_changed)
-        self.cc = WindowCC(cfg)
+        self.cc = Nscc(cfg)
         self.rtt = RttEstimator(cfg.rto_initial, cfg.rto_min, cfg.rto_max)
         self.next_psn = start_psn & PSN_MASK
         self.snd_una = self.next_psn
@@ -294,9 +294,7 @@ class Sender:
         else:
             self.evs.on_clean_ack(a.ev_echo, now)
         if acked:
-            self.cc.on_ack(
-                acked, rtt, self.rtt.min_rtt, self.rtt.smoothed(self.cfg.rto_initial), ce, now
-            )
+            self.cc.on_ack(acked, rtt, ce, now, self.recovery.inflight_bytes)
 
     def _rtt_sample(self, ts_echo: int, now: float) -> float | None:
         rtt = now - ts_echo / 1e9
@@ -337,7 +335,7 @@ class Sender:
             if 0.0 <= rtt <= _MAX_RTT_SAMPLE:
                 self.rtt.observe_base(rtt)
             self.recovery.declare_lost(p, "nack_trim", now, front=True)
-            self.cc.on_trim(p.length)
+            self.cc.on_trim(p.length, now, self.recovery.inflight_bytes)
             self.evs.on_congestion(p.ev, now)
         elif n.reason == NACK_OUT_OF_WINDOW:
             self.recovery.declare_lost(p, "nack_window", now)

@@ -84,6 +84,11 @@ def switch_config(
     ports = []
     for intf in fabric.interfaces[name]:
         link = links[(name, intf.name)]
+        # A host has no switch to delay what it sends (and no netem here), so its port on the
+        # leaf carries the propagation delay of both directions: every one-way host-to-host
+        # delay, and so every round trip, is then exact (docs/fabric.md, "Links").
+        to_host = fabric.nodes[intf.peer_node].kind == "host"
+        delay_us = link.delay_us * (2 if to_host else 1)
         peer_mac = next(
             i.mac for i in fabric.interfaces[intf.peer_node] if i.name == intf.peer_name
         )
@@ -94,7 +99,7 @@ def switch_config(
                 peer_mac,
                 intf.peer_node,
                 link.mbps,
-                link.delay_us,
+                delay_us,
                 p.queue_kb,
                 p.ecn_threshold_kb,
             )

@@ -395,7 +395,7 @@ def test_a_paced_endpoint_asks_the_transport_only_for_what_can_leave_now():
     proc = EndpointProcess.__new__(EndpointProcess)
     proc.cfg = EndpointConfig.from_obj({"hosts": {"a": ["10.0.0.1"], "b": ["10.0.0.2"]}})
     proc.pacer = Pacer(100, planes=1, burst_frames=4, now=0.0)
-    proc.ep = Endpoint(TransportConfig(init_cwnd=64 * 1400))
+    proc.ep = Endpoint(TransportConfig(base_rtt=10e-3))
     proc.ep.connect(1, 2, "b")
     proc.ep.send(1, bytes(64 * 1400), 0.0)
     sent: list = []
@@ -415,7 +415,7 @@ def test_a_paced_endpoint_asks_the_transport_only_for_what_can_leave_now():
 
 
 def test_a_data_limited_poll_lets_the_qps_take_turns():
-    ep = Endpoint(TransportConfig(init_cwnd=64 * 1400))
+    ep = Endpoint(TransportConfig(base_rtt=10e-3))
     for qp in (1, 2, 3):
         ep.connect(qp, qp + 10, "b")
         ep.send(qp, bytes(20 * 1400), 0.0)

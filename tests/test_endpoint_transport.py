@@ -94,6 +94,9 @@ def test_every_message_delivered_exactly_once_and_intact(p: dict) -> None:
 
 
 def _bulk(mode: Mode, seed: int = 1, **cfg_kw) -> tuple[SimNet, PairHarness]:
+    # A configured base RTT of 2 ms, about what the emulated fabric's processes give at N = 1:
+    # NSCC's MaxWnd (1.5 BDP) is then ~26 packets, so a few ms of traffic visit all 64 EVs.
+    cfg_kw.setdefault("base_rtt", 2e-3)
     cfg = TransportConfig(mode=mode, **cfg_kw)
     net = SimNet(seed=seed)
     h = PairHarness(net, cfg)
@@ -191,7 +194,7 @@ def test_full_ack_path_outage_recovers_after_heal() -> None:
 
 
 def _incast(trimming: bool, senders: int = 8) -> tuple[SimNet, list, dict]:
-    cfg = TransportConfig(init_cwnd=64 * 1400)  # start hot so the first RTT overflows the queue
+    cfg = TransportConfig(base_rtt=2e-3)  # MaxWnd 37.5 kB x 8: the first RTT overflows 30 kB
     net = SimNet(seed=7)
     dst = net.add_endpoint("dst", Endpoint(cfg))
     rng = random.Random(7)

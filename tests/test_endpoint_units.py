@@ -8,7 +8,6 @@ import zlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from endpoint.cc import WindowCC
 from endpoint.config import TransportConfig
 from endpoint.ev import EVSet, EVState
 from endpoint.reassembly import Reassembly
@@ -95,31 +94,6 @@ def test_all_evs_failed_still_picks_something() -> None:
         evs.retire(p.ev, 0.0, 0)
     assert {evs.pick().ev for _ in range(6)} == {p.ev for p in evs.paths}
     assert evs.fallback_picks == 6
-
-
-def test_cc_four_quadrants_and_trims() -> None:
-    cfg = TransportConfig(target_qdelay=100e-6)
-    base = 50e-6
-
-    def after(rtt: float, ce: bool) -> float:
-        cc = WindowCC(cfg)
-        w = cc.cwnd
-        cc.on_ack(1400, rtt, base, 1e-3, ce, now=1.0)
-        return cc.cwnd - w
-
-    assert after(base + 10e-6, ce=False) > after(base + 300e-6, ce=False) > 0  # PI > AI
-    assert after(base + 10e-6, ce=True) == 0  # ECN, short queue: the EV's problem, not the window's
-    assert after(base + 300e-6, ce=True) < 0  # ECN and long queue: multiplicative decrease
-    cc = WindowCC(cfg)
-    cc.on_ack(1400, base + 300e-6, base, 1e-3, True, now=1.0)
-    w = cc.cwnd
-    cc.on_ack(1400, base + 300e-6, base, 1e-3, True, now=1.0005)
-    assert cc.cwnd == w  # at most one decrease per RTT
-    cc.on_trim(1400)
-    assert cc.cwnd == w - cfg.trim_md * 1400  # trims cost per packet
-    for _ in range(10_000):
-        cc.on_trim(1400)
-    assert cc.cwnd == cfg.min_cwnd
 
 
 def test_rtt_estimator_and_rto_clamp() -> None:
@@ -257,7 +231,7 @@ def test_an_rto_declares_every_packet_that_an_ack_should_have_answered() -> None
     from endpoint.sender import Sender
     from endpoint.stats import ConnectionStats
 
-    cfg = TransportConfig(reorder_min=1e-3, rto_min=15e-3, init_cwnd=64 * 1400)
+    cfg = TransportConfig(reorder_min=1e-3, rto_min=15e-3, base_rtt=10e-3)
     s = Sender(cfg, local_qp=1, remote_qp=2, start_psn=0, stats=ConnectionStats())
     s.send_message(bytes(20 * 1400), 0.0)
     sent: list = []

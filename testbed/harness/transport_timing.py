@@ -6,8 +6,10 @@ of them above what a process descheduled on two shared cores may wait. Neither f
 fabric with 1 µs links, whose base RTT is 50 times shorter. So every job's transport gets:
 
 - each time constant x the fabric's time scale (topologies.timing.time_scale: its base RTT over
-  the reference's, at most 1): RTO, probe intervals, reorder allowance, NSCC's target delay,
-  the ACK delay, single-path's RC-style timeout;
+  the reference's, at most 1): RTO, probe intervals, reorder allowance, the ACK delay,
+  single-path's RC-style timeout;
+- NSCC's configured base RTT (`base_rtt`), from which it derives its target delay and, with the
+  NIC's rate, its BDP and window (endpoint.nscc), as MRC's controller configures it per fabric;
 - the real-time hazards / N (contracts.clock.hazard) as floors where a late process would
   otherwise fire a timer spuriously: at N = 1000, 50 ms of real descheduling is 50 µs.
 
@@ -28,10 +30,9 @@ from contracts.clock import hazard
 from endpoint.config import TransportConfig
 from endpoint.process_config import EMULATION_TRANSPORT, HAZARD_KEYS
 from topologies import TopologyParams
-from topologies.timing import time_scale
+from topologies.timing import base_rtt_s, time_scale
 
 SCALED_KEYS = (
-    "target_qdelay",
     "rto_initial",
     "rto_min",
     "rto_max",
@@ -54,6 +55,10 @@ def transport_timing(params: TopologyParams, dilation: float = 1.0) -> dict[str,
     if scale < 1.0 and params.link_mbps > 0:
         drain = params.queue_kb * 1000 * 8 / (params.link_mbps * 1e6)
         out["reorder_min"] = max(out["reorder_min"], drain)
+    if params.link_mbps > 0:
+        out["base_rtt"] = base_rtt_s(
+            params.link_mbps, params.delay_us, params.leaves, params.uplink_mbps, params.mtu + 14
+        )
     out["rto_initial"] = max(out["rto_initial"], out["rto_min"])
     out["rto_max"] = max(out["rto_max"], out["rto_initial"])
     out["probe_interval_max"] = max(out["probe_interval_max"], out["probe_interval"])
