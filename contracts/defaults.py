@@ -30,6 +30,19 @@ balls into bins. `crc`: the linear CRC alone and fixed source ports: structured,
 spreads (a permutation of structured addresses lands perfectly, or all on one uplink)."""
 ECMP_HASH = "mixed"
 """The realistic model; labs that teach the structured one ask for `crc` explicitly."""
+FORWARDINGS = ("ecmp", "source-routed")
+"""How a switch picks among equal next hops for MRC traffic (RoCEv2, UDP port 4791; docs/fabric.md,
+"Source routing"). `ecmp`: by the flow hash. `source-routed`: by the EV itself -- its low bits
+name the plane, the next field the uplink to take (a static table, no hash), as MRC's generated
+EVs over static SRv6 routes do. Other traffic is hashed either way."""
+FORWARDING = "ecmp"
+ROCE_PORT = 4791
+"""RoCEv2's UDP destination port: what a source-routed switch reads the EV of."""
+
+
+def plane_bits(planes: int) -> int:
+    """Low EV bits that name the plane in a generated EV (0 for one plane)."""
+    return (planes - 1).bit_length()
 
 
 def ecn_threshold_kb(queue_kb: float, ecn_kb: float | None = None) -> float:

@@ -13,7 +13,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from contracts.defaults import LINK_MBPS
+from contracts.defaults import LINK_MBPS, plane_bits
 from contracts.dscp import (
     CONTROL_DSCP,
     ECN_ECT0,
@@ -45,6 +45,9 @@ def connection_ev_base(seed: int, src: Hashable, dst: Hashable, qp: int, num_evs
     return rng.randrange(SPORT_MIN, SPORT_END - num_evs + 1)
 
 
+EV_PROFILES = ("auto", "generated")
+
+
 class Mode(str, Enum):
     """Which recovery/path policy a connection runs (side-by-side baselines share the code)."""
 
@@ -62,6 +65,11 @@ class TransportConfig:
     # base from it and the connection (connection_ev_base; `for_connection`), as RoCE NICs do.
     ev_seed: int | None = None
     planes: int = 1  # EV i uses plane i % planes
+    # How EV values are made (MRC's EV profiles). "auto": consecutive source ports from
+    # ev_base, which the fabric hashes (MRC_EV_PROFILE AUTO). "generated": each EV a source
+    # route, the plane in its low bits and the uplink to take above them, for a source-routed
+    # fabric (topology.forwarding); ev_base then aligned, no per-connection draw.
+    ev_profile: str = "auto"
     single_path_ev_index: int = 0  # which of the EVs single-path mode uses
     # Bytes of message per packet: a full packet fills the MTU (contracts.framing.mrc_payload:
     # 1420 B in 1514 B frames at 1500); the endpoint process sets it from its NICs' MTU.
@@ -142,7 +150,17 @@ class TransportConfig:
             raise ValueError(f"num_evs must be 1..256, got {self.num_evs}")
         if not 1 <= self.planes <= self.num_evs:
             raise ValueError(f"planes must be 1..num_evs, got {self.planes}")
-        if not (0 < self.ev_base and self.ev_base + self.num_evs <= 65536):
+        if self.ev_profile not in EV_PROFILES:
+            raise ValueError(
+                f"ev_profile: one of {', '.join(EV_PROFILES)}, got {self.ev_profile!r}"
+            )
+        if self.ev_profile == "generated":
+            align = 1 << (plane_bits(self.planes) + 8)
+            if self.ev_base % align:
+                raise ValueError(
+                    f"ev_base: generated EVs need a base aligned to {align}, got {self.ev_base}"
+                )
+        if not (0 < self.ev_base and self._top_ev() < 65536):
             raise ValueError("EVs must be valid UDP source ports")
         if self.ev_seed is not None and (
             isinstance(self.ev_seed, bool) or not isinstance(self.ev_seed, int)
@@ -221,13 +239,31 @@ class TransportConfig:
         return tos(self.control_dscp)
 
     def ev_values(self) -> list[int]:
+        """The EVs (UDP source ports) of a connection, EV i on plane i % planes. Generated EVs
+        carry their route: plane i % planes in the low plane_bits, then path i // planes, so
+        that a source-routed switch (switch.fib.source_route) sends EV i up uplink
+        (i // planes) % uplinks: consecutive EVs cover every path of a plane once per round."""
+        if self.ev_profile == "generated":
+            pb, planes = plane_bits(self.planes), self.planes
+            return [self.ev_base + ((i // planes) << pb) + i % planes for i in range(self.num_evs)]
         return [self.ev_base + i for i in range(self.num_evs)]
+
+    def _top_ev(self) -> int:
+        return self.ev_values()[-1]
+
+    def ev_plane(self, ev: int, base: int) -> int:
+        """The plane of EV `ev` of a connection whose EVs start at `base`."""
+        if self.ev_profile == "generated":
+            return (ev - base) & ((1 << plane_bits(self.planes)) - 1)
+        return (ev - base) % self.planes
 
     def for_connection(self, src: Hashable, dst: Hashable, qp: int) -> TransportConfig:
         """This config as QP `qp` from `src` to `dst` uses it: with `ev_seed`, its own EV base
         (and no seed left, so that it is resolved once); without, unchanged."""
         if self.ev_seed is None:
             return self
+        if self.ev_profile == "generated":  # the EV is the route: no per-connection draw
+            return replace(self, ev_seed=None)
         base = connection_ev_base(self.ev_seed, src, dst, qp, self.num_evs)
         return replace(self, ev_base=base, ev_seed=None)
 

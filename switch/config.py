@@ -12,7 +12,7 @@ import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from contracts.defaults import ECMP_HASH, TRIM_BYTES, TRIMMING
+from contracts.defaults import ECMP_HASH, FORWARDING, TRIM_BYTES, TRIMMING, plane_bits
 from contracts.dscp import CONTROL_DSCP, TRIMMABLE_DSCP, TRIMMED_DSCP
 from contracts.framing import DEFAULT_MTU
 from topologies import Fabric
@@ -49,6 +49,8 @@ class SwitchConfig:
     trimmed_dscp: int = TRIMMED_DSCP
     control_dscp: int = CONTROL_DSCP
     ecmp_hash: str = ECMP_HASH  # "mixed" or "crc" (switch.fib.Fib.flow_hash)
+    forwarding: str = FORWARDING  # "ecmp" or "source-routed" (MRC packets: by their EV)
+    plane_bits: int = 0  # low EV bits naming the plane, skipped by a source-routed switch
     # Real seconds per virtual second (contracts.clock): rates, delays and timers above are
     # virtual, the switch serves them N times slower.
     time_dilation: float = 1.0
@@ -117,6 +119,8 @@ def switch_config(
         trimmed_dscp=p.trimmed_dscp,
         control_dscp=p.control_dscp,
         ecmp_hash=p.ecmp_hash,
+        forwarding=p.forwarding,
+        plane_bits=plane_bits(p.planes),
         time_dilation=time_dilation,
         mtu=p.mtu,
     )

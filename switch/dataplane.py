@@ -15,7 +15,7 @@ from collections.abc import Callable
 from zlib import crc32
 
 from contracts.clock import check_dilation
-from contracts.defaults import prio_limit_bytes
+from contracts.defaults import ROCE_PORT, prio_limit_bytes
 from switch import fastpath, frames
 from switch.config import SwitchConfig
 from switch.fib import BUCKET_MASK, Fib, mix32
@@ -87,6 +87,8 @@ class Switch:
             ],
             seed=config.seed,
             ecmp_hash=config.ecmp_hash,
+            forwarding=config.forwarding,
+            plane_bits=config.plane_bits,
         )
         self.up = True
         self.drops: dict[str, int] = {}
@@ -109,6 +111,8 @@ class Switch:
         self.tx_rings = fastpath.tx_rings(self.io)
         self._seed = self.fib.seed
         self._mixed = self.fib.mixed
+        self._source_routed = self.fib.source_routed
+        self._plane_bits = self.fib.plane_bits
         self.set_dilation(config.time_dilation)
         self.fast = True
         self.running = True
@@ -154,6 +158,8 @@ class Switch:
         cache_get = self._route_cache.get
         seed = self._seed
         mixed = self._mixed
+        source_routed = self._source_routed
+        plane_bits = self._plane_bits
         ports = self.ports
         nbytes = 0
         for frame in batch:
@@ -178,7 +184,16 @@ class Switch:
                 out_index, l2 = live[0]
             else:
                 proto = frame[23]
-                if proto == 17 or proto == 6:
+                if (
+                    source_routed
+                    and proto == 17
+                    and n >= 38
+                    and (frame[36] << 8 | frame[37]) == ROCE_PORT
+                ):
+                    out_index, l2 = route.table[
+                        (frame[34] << 8 | frame[35]) >> plane_bits & BUCKET_MASK
+                    ]
+                elif proto == 17 or proto == 6:
                     h = crc32(frame[26:38], seed ^ proto)
                     if mixed:  # inlined, its five lines were no faster than the call (~12 ns)
                         h = mix32(h)

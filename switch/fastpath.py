@@ -35,7 +35,8 @@ from __future__ import annotations
 import os
 from zlib import crc32
 
-from switch.fib import BUCKET_MASK, mix32
+from contracts.defaults import ROCE_PORT
+from switch.fib import BUCKET_MASK, mix32, source_route
 from switch.ring import (
     TP_STATUS_AVAILABLE,
     TP_STATUS_KERNEL,
@@ -86,6 +87,8 @@ def _decide(sw, h: int, key, proto: int, flows: dict | None) -> tuple | None:
         return None
     if len(live) == 1:
         out_index, l2 = live[0]
+    elif sw._source_routed and proto == 17 and flows is not None and key & 0xFFFF == ROCE_PORT:
+        out_index, l2 = route.table[source_route(key >> 16 & 0xFFFF, sw._plane_bits) & BUCKET_MASK]
     elif flows is not None:
         # Once per flow (the answer is cached below), so the finaliser may be a call.
         h = crc32(key.to_bytes(12, "big"), sw._seed ^ proto)

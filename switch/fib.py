@@ -1,4 +1,5 @@
-"""Static FIB: longest-prefix match, ECMP groups hashed on the 5-tuple, local repair.
+"""Static FIB: longest-prefix match, ECMP groups hashed on the 5-tuple (or, source-routed, chosen
+by the EV), local repair.
 
 Routes never change after start (static routing is the point of the fabric). What does change is
 which members of an ECMP group are *live*: a port that lost carrier is pruned at once, as switch
@@ -12,7 +13,7 @@ import ipaddress
 import zlib
 from dataclasses import dataclass, field
 
-from contracts.defaults import ECMP_HASH, ECMP_HASHES
+from contracts.defaults import ECMP_HASH, ECMP_HASHES, FORWARDING, FORWARDINGS, ROCE_PORT
 
 _ROUTE_CACHE_MAX = 65536
 BUCKETS = 256  # resilient-hash table size per ECMP group (a multiple of 1..8 members' LCM-ish)
@@ -91,9 +92,13 @@ class Fib:
         entries: list[tuple[str, list[tuple[int, bytes]]]],
         seed: int = 0,
         ecmp_hash: str = ECMP_HASH,
+        forwarding: str = FORWARDING,
+        plane_bits: int = 0,
     ) -> None:
         if ecmp_hash not in ECMP_HASHES:
             raise ValueError(f"ecmp_hash: one of {', '.join(ECMP_HASHES)}, got {ecmp_hash!r}")
+        if forwarding not in FORWARDINGS:
+            raise ValueError(f"forwarding: one of {', '.join(FORWARDINGS)}, got {forwarding!r}")
         self._tables: dict[int, dict[int, Route]] = {}
         self.routes: list[Route] = []
         for prefix, hops in entries:
@@ -107,6 +112,8 @@ class Fib:
         self._cache: dict[bytes, Route | None] = {}
         self.seed = seed & 0xFFFFFFFF
         self.mixed = ecmp_hash == "mixed"
+        self.source_routed = forwarding == "source-routed"
+        self.plane_bits = plane_bits
 
     def lookup(self, dst: bytes) -> Route | None:
         """Route for 4-byte destination `dst`, or None (no route)."""
@@ -134,6 +141,8 @@ class Fib:
         mixes differently, and two switches' choices are independent (no polarisation).
         """
         proto = frame[23]
+        if self.source_routed and proto == 17 and (frame[36] << 8 | frame[37]) == ROCE_PORT:
+            return source_route(frame[34] << 8 | frame[35], self.plane_bits)
         if proto == 6 or proto == 17:
             h = zlib.crc32(frame[26:38], self.seed ^ proto)
         else:
@@ -146,6 +155,16 @@ class Fib:
             if any(p == port for p, _ in route.members):
                 route.live = tuple(m for m in route.members if ports_up[m[0]])
                 route.rebuild()
+
+
+def source_route(ev: int, plane_bits: int) -> int:
+    """What a source-routed switch selects by, for an MRC packet whose EV (UDP source port) is
+    `ev`: the field after the plane bits. Bucket b of a group belongs to member b % members
+    (Route.rebuild), so field value k takes member k % members -- on a leaf, the k-th uplink:
+    a generated EV *is* its path (endpoint.config.TransportConfig.ev_values), and consecutive
+    EVs cover every uplink exactly once per round. Why the field is not masked to the group's
+    size: a group of 3 would then leave a quarter of the values to member 0."""
+    return ev >> plane_bits
 
 
 def select_next_hop(route: Route, h: int) -> tuple[int, bytes] | None:

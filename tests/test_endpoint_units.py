@@ -268,3 +268,27 @@ def test_the_reorder_allowance_grows_with_the_spread_of_the_rtt() -> None:
     spread = s._reorder_allowance()
     assert spread == 2 * s.rtt.rttvar
     assert 8e-3 < spread < 14e-3 and spread > 0.25 * s.rtt.srtt
+
+
+def test_generated_evs_carry_plane_and_path_and_are_not_drawn_per_connection() -> None:
+    cfg = TransportConfig(ev_profile="generated", planes=2, num_evs=8, ev_seed=3)
+    evs = cfg.ev_values()
+    base = cfg.ev_base
+    assert [(ev - base) & 1 for ev in evs] == [0, 1] * 4  # plane in the low bit
+    assert [(ev - base) >> 1 for ev in evs] == [0, 0, 1, 1, 2, 2, 3, 3]  # then the path
+    assert [cfg.ev_plane(ev, base) for ev in evs] == [i % 2 for i in range(8)]
+    assert cfg.for_connection("h1", "h2", 7).ev_base == base  # the EV is the route: no draw
+    auto = TransportConfig(planes=2, num_evs=8, ev_seed=3)
+    assert auto.ev_values() == list(range(auto.ev_base, auto.ev_base + 8))
+    assert auto.for_connection("h1", "h2", 7).ev_base != auto.ev_base
+    three = TransportConfig(ev_profile="generated", planes=3, num_evs=9)
+    assert [three.ev_plane(ev, three.ev_base) for ev in three.ev_values()] == [0, 1, 2] * 3
+
+
+def test_a_generated_ev_base_must_be_aligned_and_the_profile_known() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="ev_base"):
+        TransportConfig(ev_profile="generated", ev_base=0xC001)
+    with pytest.raises(ValueError, match="ev_profile"):
+        TransportConfig(ev_profile="explicit-ish")

@@ -627,8 +627,13 @@ def test_ecmp_spreads_through_the_switch() -> None:
     assert set(hits) == set(uplinks(sw)) and min(hits.values()) >= 32
 
 
-@pytest.mark.parametrize("ecmp_hash", ["mixed", "crc"])
-def test_inline_path_slow_path_fib_and_predict_path_agree_on_every_flow(ecmp_hash: str) -> None:
+@pytest.mark.parametrize(
+    "ecmp_hash,forwarding",
+    [("mixed", "ecmp"), ("crc", "ecmp"), ("mixed", "source-routed")],
+)
+def test_inline_path_slow_path_fib_and_predict_path_agree_on_every_flow(
+    ecmp_hash: str, forwarding: str
+) -> None:
     """The hash lives in four places -- the inline loop of receive_batch (its own CRC and call
     of the finaliser), the slow path and Fib.flow_hash, and testbed.fabric.paths.predict_path,
     which labs and results use to name a flow's spine -- and all four must pick the same
@@ -637,15 +642,15 @@ def test_inline_path_slow_path_fib_and_predict_path_agree_on_every_flow(ecmp_has
     from testbed.fabric.paths import predict_path
 
     topo = {"spines": 4, "leaves": 3, "hosts_per_leaf": 2, "link_mbps": 0, "delay_us": 0}
-    fab = fabric(**topo, ecmp_hash=ecmp_hash)
-    inline, ios = make_switch("leaf1", ecmp_hash=ecmp_hash)
-    slow, slow_ios = make_switch("leaf1", ecmp_hash=ecmp_hash)
+    fab = fabric(**topo, ecmp_hash=ecmp_hash, forwarding=forwarding)
+    inline, ios = make_switch("leaf1", ecmp_hash=ecmp_hash, forwarding=forwarding)
+    slow, slow_ios = make_switch("leaf1", ecmp_hash=ecmp_hash, forwarding=forwarding)
     slow.debug_log = object()  # any debug log sends every frame through _receive_slow
     slow.refresh()
     slow._debug = lambda *a: None
     port_of = {h: i.peer_name for h in ("h1", "h2") for i in fab.interfaces[h]}
     remote = [h for h in fab.hosts() if fab.interfaces[h][0].peer_node != "leaf1"]
-    rng = random.Random(ecmp_hash)
+    rng = random.Random(ecmp_hash + forwarding)
     for dst in remote:  # the first frame to a destination takes the slow path and caches it
         rx(inline, "leaf1-eth0", udp_frame(dst=fab.host_ip(dst)))
     clear(ios)
@@ -672,3 +677,41 @@ def test_inline_path_slow_path_fib_and_predict_path_agree_on_every_flow(ecmp_has
             clear(io)
         spines[spine] += 1
     assert len(spines) == 4
+
+
+@pytest.mark.parametrize("planes", [1, 2, 4])
+def test_a_source_routed_leaf_sends_each_generated_ev_up_the_uplink_it_names(planes: int) -> None:
+    """Generated EVs (endpoint.config, ev_profile generated) on a source-routed fabric: EV i,
+    on plane i % planes, goes up uplink (i // planes) % spines -- every path once per round,
+    no hash; other UDP traffic (not RoCEv2's port) is still hashed."""
+    from endpoint.config import TransportConfig
+
+    topo = {"spines": 4, "leaves": 3, "hosts_per_leaf": 2, "link_mbps": 0, "delay_us": 0}
+    topo |= {"planes": planes, "forwarding": "source-routed"}
+    fab = fabric(**topo)
+    cfg = TransportConfig(ev_profile="generated", planes=planes, num_evs=64)
+    nics = dict(enumerate(sorted(fab.interfaces["h1"], key=lambda x: x.plane)))  # EV plane -> NIC
+    switches = {p: make_switch(nics[p].peer_node, **topo) for p in range(planes)}
+
+    def uplink(plane: int, sport: int, dport: int = 4791) -> str:
+        sw, ios = switches[plane]
+        frame = bytes(
+            Ether(dst=mac_of(sw, nics[plane].peer_name))
+            / IP(src=nics[plane].ip, dst=fab.host_ip("h5", nics[plane].plane), ttl=64)
+            / UDP(sport=sport, dport=dport)
+            / b"x"
+        )
+        rx(sw, nics[plane].peer_name, frame)
+        (out,) = sent(ios)
+        clear(ios)
+        return peer_of(sw, out)
+
+    taken: dict[int, list[str]] = {p: [] for p in range(planes)}
+    for i, ev in enumerate(cfg.ev_values()):
+        taken[i % planes].append(uplink(i % planes, ev))
+    for spines in taken.values():
+        assert len(set(spines[:4])) == 4  # all four spines of the plane
+        assert spines == spines[:4] * (len(spines) // 4)  # the same order, round after round
+    # Not RoCEv2: hashed, so the same sport-by-sport sweep no longer cycles.
+    hashed = [uplink(0, sport, dport=5000) for sport in cfg.ev_values()[::planes][:16]]
+    assert hashed != hashed[:4] * 4

@@ -342,3 +342,25 @@ def test_a_run_to_one_port_interrupted_by_the_slow_path_keeps_order_and_counts()
     c = sa.counters()["ports"][egress]
     assert c["tx_packets"] == 7 and c["tx_bytes"] == sum(len(f) for f in [*cached, first])
     assert sa.counters()["ports"][sa.ports[ingress].name]["rx_packets"] == 8
+
+
+def test_the_ring_path_source_routes_mrc_traffic_as_the_reference_does() -> None:
+    """On a source-routed fabric _decide reads a RoCEv2 packet's EV instead of hashing: the
+    ring path and the reference path send every EV (and every other flow) to the same port."""
+    rng = random.Random(5)
+    script = []
+    now = 1.0
+    for _ in range(60):
+        burst = []
+        for _ in range(rng.randint(1, 8)):
+            dport = 4791 if rng.random() < 0.8 else rng.randrange(1, 65536)
+            frame = udp_frame(dst=f"10.1.{rng.choice([2, 3])}.{rng.choice([1, 2])}")
+            frame = (
+                frame[:34] + struct.pack("!HH", rng.randrange(0xC000, 0x10000), dport) + frame[38:]
+            )
+            burst.append((rng.randrange(2), frame, now, False))
+        now += rng.choice([1e-6, 3e-5, 2e-4])
+        script.append(burst)
+    sw, rings = run_both("leaf1", script, forwarding="source-routed")
+    assert sum(len(io.sent) for io in rings.values()) > 200
+    assert sw.udp_flows  # the ring path decided (and cached) flows of its own

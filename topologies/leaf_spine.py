@@ -56,6 +56,9 @@ class TopologyParams:
     # How flows become paths: "mixed" (real fabrics: mixed switch hash, a seeded source port per
     # connection) or "crc" (linear hash, fixed ports: structured spreads); contracts.defaults.
     ecmp_hash: str = defaults.ECMP_HASH
+    # How MRC traffic picks among equal next hops: "ecmp" (the flow hash) or "source-routed"
+    # (the EV's field for the hop: generated EVs are source routes); contracts.defaults.
+    forwarding: str = defaults.FORWARDING
 
     def validate(self) -> None:
         """Raise TopologyError naming the first bad parameter."""
@@ -108,6 +111,11 @@ class TopologyParams:
             raise TopologyError(
                 f"ecmp_hash: must be one of {', '.join(defaults.ECMP_HASHES)}, "
                 f"got {self.ecmp_hash!r}"
+            )
+        if self.forwarding not in defaults.FORWARDINGS:
+            raise TopologyError(
+                f"forwarding: must be one of {', '.join(defaults.FORWARDINGS)}, "
+                f"got {self.forwarding!r}"
             )
         if not isinstance(self.trimming, bool):
             raise TopologyError(f"trimming: must be true or false, got {self.trimming!r}")

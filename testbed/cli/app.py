@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from contracts.defaults import ECMP_HASHES
+from contracts.defaults import ECMP_HASHES, FORWARDINGS
 from contracts.framing import MAX_MTU, MIN_MTU
 from contracts.project import __version__
 from testbed.analysis.validity import EXIT_INVALID
@@ -102,6 +102,13 @@ def _fabric_commands(sub, named) -> None:
         default=d.ecmp_hash,
         help="mixed: as real switches (CRC then a finaliser); crc: the linear CRC alone, "
         "structured spreads (docs/fabric.md)",
+    )
+    up.add_argument(
+        "--forwarding",
+        choices=FORWARDINGS,
+        default=d.forwarding,
+        help="ecmp: MRC packets hashed like any flow; source-routed: an MRC packet's EV names "
+        "its uplink (generated EVs; docs/fabric.md)",
     )
     up.add_argument("--seed", type=int, default=1, help="ECMP hash seeds derive from it")
     up.add_argument(

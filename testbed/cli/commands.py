@@ -69,6 +69,7 @@ def params_from_args(args: argparse.Namespace) -> TopologyParams:
         ecn_kb=args.ecn_kb,
         oversubscription=args.oversubscription,
         ecmp_hash=args.ecmp_hash,
+        forwarding=args.forwarding,
         mtu=args.mtu,
     )
     p.validate()

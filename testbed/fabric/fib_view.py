@@ -84,6 +84,11 @@ def format_fib(cfg: SwitchConfig, rows: list[FibRow], live_known: bool = True) -
             f"  ECMP: {len(ecmp)} groups; a flow's CRC32 of (proto, src, dst, sport, dport)"
             f"{mixed} picks one live member"
         )
+        if cfg.forwarding == "source-routed":
+            lines.append(
+                f"  source-routed: an MRC packet (UDP dport 4791) takes member "
+                f"(sport >> {cfg.plane_bits}) % members instead: its EV names the path"
+            )
     return "\n".join(lines)
 
 
@@ -93,6 +98,8 @@ def _fib_of(cfg: SwitchConfig, ports_up: dict[str, bool]) -> Fib:
         [(e.prefix, [(index[p], b"") for p, _ in e.next_hops]) for e in cfg.fib],
         seed=cfg.seed,
         ecmp_hash=cfg.ecmp_hash,
+        forwarding=cfg.forwarding,
+        plane_bits=cfg.plane_bits,
     )
     up = [ports_up.get(p.name, True) for p in cfg.ports]
     for i, ok in enumerate(up):
@@ -112,7 +119,8 @@ def walk(
     proto: int = 17,
 ) -> list[Hop]:
     """The switches a packet (src, dst, sport, dport, proto) crosses from `first_switch` on, as
-    the running switches decide it: longest-prefix match, then the ECMP hash over live members."""
+    the running switches decide it: longest-prefix match, then the ECMP hash over live members
+    (on a source-routed fabric, for an MRC packet, the EV's field)."""
     frame = hash_frame(src, dst, sport, dport, proto)
     hops: list[Hop] = []
     node = first_switch

@@ -54,6 +54,8 @@ class FabricPaths:
                 [(e.prefix, [(index[p], mac_bytes(m)) for p, m in e.next_hops]) for e in cfg.fib],
                 seed=cfg.seed,
                 ecmp_hash=cfg.ecmp_hash,
+                forwarding=cfg.forwarding,
+                plane_bits=cfg.plane_bits,
             )
             up = [p.name not in self.down_ports for p in cfg.ports]
             for i, ok in enumerate(up):

@@ -71,10 +71,19 @@ def job_request(sc: Scenario, transport: str) -> dict:
     With the `mixed` ECMP model every connection draws its own EV base (UDP source ports) from
     the run's seed, as RoCE NICs pick a port per QP (`endpoint.config.connection_ev_base`);
     with `crc` they all start at the fixed base, the structured model labs rely on.
+
+    On a source-routed fabric (`topology.forwarding`) the spraying transports use generated
+    EVs, each a route, as MRC pairs them with static source routing; single-path keeps its
+    drawn source port, which the fabric then reads as a random route.
     """
     req: dict = {"workload": endpoint_workload(sc), "mode": transport}
+    over: dict = {}
     if sc.topology.ecmp_hash == "mixed":
-        req["transport"] = {"ev_seed": sc.seed}
+        over["ev_seed"] = sc.seed
+    if sc.topology.forwarding == "source-routed" and transport != "single-path":
+        over["ev_profile"] = "generated"
+    if over:
+        req["transport"] = over
     return req
 
 

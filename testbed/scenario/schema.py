@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, Field, PrivateAttr, field_validator
 
 from contracts.clock import MAX_DILATION, check_dilation
-from contracts.defaults import ECMP_HASHES
+from contracts.defaults import ECMP_HASHES, FORWARDINGS
 from contracts.framing import MAX_MTU, MIN_MTU
 from contracts.schema import StrictModel
 from contracts.workloads import (
@@ -90,6 +90,7 @@ class TopologySpec(StrictModel):
     ecn_kb: float | None = None
     oversubscription: float | None = None
     ecmp_hash: Literal[ECMP_HASHES] = TopologyParams.ecmp_hash  # type: ignore[valid-type]
+    forwarding: Literal[FORWARDINGS] = TopologyParams.forwarding  # type: ignore[valid-type]
     # Bounds here as well as in TopologyParams.validate, so the JSON Schema carries them.
     mtu: int = Field(default=TopologyParams.mtu, ge=MIN_MTU, le=MAX_MTU)
 
