@@ -160,6 +160,19 @@ def test_incast_senders_are_off_the_receivers_leaf():
 def test_fidelity_scenarios_validate():
     sc = load(fid.permutation_scenario(2, 1_000_000))
     assert sc.seed == 2 and sc.workload.kind == "permutation" and len(sc.hosts()) == 16
+    assert sc.topology.forwarding == "source-routed" and sc.transports == ["mrc"]
+    for row in fid.PERMUTATION_ROWS:
+        sc = load(fid.permutation_scenario(1, 1_000_000, row=row))
+        assert sc.transports == [fid.row_key(row)] and row in fid.HTSIM
+    sc = load(fid.permutation_scenario(1, 1_000_000, row="mrc-16ev"))
+    assert sc.topology.forwarding == "ecmp" and sc.transport_spec("mrc-16ev").evs == 16
+    assert load(fid.permutation_scenario(1, 1_000_000, row="mrc-9000")).topology.mtu == 9000
+
+
+def test_the_permutation_ceiling_counts_the_acks_on_the_same_link():
+    # 1420 B of payload in a 1514 B frame, and an 86 B ACK for the flow the host receives.
+    assert fid.permutation_ceiling_pct(1500) == pytest.approx(100 * 1420 / (1514 + 86), abs=0.05)
+    assert 97.5 < fid.permutation_ceiling_pct(9000) < 98.5
     for n in (fid.INCAST_SENDERS, fid.QUICK_INCAST_SENDERS):
         sc = load(fid.incast_scenario(n=n))
         assert len(sc.workload.srcs) == n and sc.topology.trimming
@@ -188,20 +201,16 @@ def test_fidelity_table():
                 "htsim": fid.HTSIM["mrc"],
                 "measured": {"mean": 86.0, "min": 80.0},
                 "diff_points": {"mean": -1.7, "min": -7.0},
+                "ceiling_pct": 88.8,
                 "validity": "valid",
                 "runs": [_run()],
-            },
-            {
-                "row": "mrc-16ev",
-                "htsim": fid.HTSIM["mrc-16ev"],
-                "measured": None,
-                "note": fid.NOT_EXPRESSIBLE["mrc-16ev"],
             },
             {
                 "row": "single-path",
                 "htsim": fid.HTSIM["single-path"],
                 "measured": {"mean": 50.0, "min": 20.0},
                 "diff_points": {"mean": -3.5, "min": 8.5},
+                "ceiling_pct": 88.8,
                 "validity": "INVALID (1/1)",
                 "runs": [_run(False)],
             },
@@ -226,7 +235,7 @@ def test_fidelity_table():
         "meta": {"quick": True, "seconds": 100.0},
     }
     text = fid.format_fidelity_table(d)
-    assert "n/a (needs transport.evs, issue 19)" in text
+    assert "88.8" in text and "source-routed" in text
     assert "-1.7 / -7.0" in text and "87.7 / 87.0" in text
     assert "INVALID single-path at N=10000: CPU saturated (97%)" in text
     assert "+8.5" in text and "-3.2" in text and "(quick)" in text

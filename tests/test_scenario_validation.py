@@ -487,3 +487,57 @@ def test_key_positions_find_keys_and_items():
     assert pos[("b", 0)] == (3, 5) and pos[("b", 0, "c")] == (3, 6)
     assert pos[("b", 1, "d")] == (4, 5)
     assert key_positions("a: [unclosed\n") == {}
+
+
+def _with_transport(transport) -> dict:
+    return {
+        "name": "x",
+        "topology": {"spines": 2, "leaves": 2, "hosts_per_leaf": 1},
+        "transport": transport,
+        "workload": {"kind": "bulk", "src": "h1", "dst": "h2", "bytes": 1000},
+        "duration_s": 1,
+    }
+
+
+def test_a_transport_may_be_a_configuration_under_its_own_label() -> None:
+    from endpoint.process_config import EndpointConfig, job_transport_config
+    from testbed.harness.endpoint_driver import job_request
+
+    sc = validate(
+        _with_transport(
+            [
+                {"name": "mrc", "label": "mrc-16ev", "evs": 16, "cc": {"target_rtts": 1.0}},
+                {"name": "mrc", "ev_profile": "generated", "cc": {"base_rtt_us": 13}},
+                "tcp",
+            ]
+        )
+    )
+    assert sc.transports == ["mrc-16ev", "mrc", "tcp"]
+    assert sc.transport_name("mrc-16ev") == "mrc" and sc.transport_name("tcp") == "tcp"
+    req = job_request(sc, "mrc-16ev")
+    assert req["mode"] == "mrc" and req["evs"] == 16
+    cfg = EndpointConfig.from_obj({"hosts": {"h1": ["10.1.1.1"], "h2": ["10.1.2.1"]}})
+    tcfg = job_transport_config(cfg, req)
+    assert tcfg.num_evs == 16 and tcfg.target_rtts == 1.0
+    tcfg = job_transport_config(cfg, job_request(sc, "mrc"))
+    assert tcfg.ev_profile == "generated" and tcfg.base_rtt == pytest.approx(13e-6)
+    assert validate(_with_transport({"name": "mrc"})).transports == ["mrc"]
+
+
+@pytest.mark.parametrize(
+    "transport,where,says",
+    [
+        ([{"name": "mrc", "label": "tcp"}], "transport", "name of another transport"),
+        (["mrc", "mrc"], "transport", "listed twice"),
+        ([{"name": "tcp"}], "transport[0].name", "cannot be configured"),
+        ([{"name": "mrc", "evz": 3}], "transport[0].evz", "did you mean 'evs'"),
+        ([{"name": "mrc", "cc": {"gama": 2}}], "transport[0].cc.gama", "did you mean 'gamma'"),
+        ([{"name": "mrc", "cc": {"gamma": 2}}], "transport[0].cc.gamma", "less than or equal"),
+        ([{"name": "mrc", "evs": 0}], "transport[0].evs", "greater than or equal"),
+        (["mrcc"], "transport[0]", "unknown transport 'mrcc'"),
+    ],
+)
+def test_a_bad_transport_configuration_names_its_key(transport, where, says) -> None:
+    with pytest.raises(ScenarioError) as err:
+        validate(_with_transport(transport))
+    assert err.value.path == where and says in str(err.value)

@@ -305,7 +305,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     sc = _load_for_run(args)
     dilation = _dilation_arg(args)
     try:
-        transports = transports_arg(args.transport) if args.transport else sc.transports
+        transports = (
+            transports_arg(args.transport, sc.transports) if args.transport else sc.transports
+        )
     except ValueError as exc:
         raise CliError(str(exc)) from None
     check_runnable(transports)
@@ -320,7 +322,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     sc = _load_for_run(args)
     dilation = _dilation_arg(args)
     try:
-        transports = transports_arg(args.transports)
+        transports = transports_arg(args.transports, sc.transports)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     check_runnable(transports)

@@ -60,9 +60,9 @@ def run_outcome(
     if transports is None:
         chosen = list(sc.transports)
     elif isinstance(transports, str):
-        chosen = transports_arg(transports)
+        chosen = transports_arg(transports, sc.transports)
     else:
-        chosen = transports_arg(",".join(transports))
+        chosen = transports_arg(",".join(transports), sc.transports)
     check_runnable(chosen)
     need_root("testbed run")
     out_dir = Path(out) if out is not None else default_out_dir(sc)

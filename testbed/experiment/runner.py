@@ -604,15 +604,15 @@ def check_runnable(transports: Sequence[str]) -> None:
                 )
 
 
-def transports_arg(text: str) -> list[str]:
-    """`--transports a,b,c`, validated: one line naming a bad one."""
+def transports_arg(text: str, labels: Sequence[str] = ()) -> list[str]:
+    """`--transports a,b,c`, validated: one line naming a bad one. A name, or the label of a
+    configuration the scenario lists (`labels`)."""
 
     names = [t.strip() for t in text.split(",") if t.strip()]
+    known = list(TRANSPORTS) + [x for x in labels if x not in TRANSPORTS]
     for t in names:
-        if t not in TRANSPORTS:
-            raise ValueError(
-                f"--transports: unknown transport {t!r} (one of {', '.join(TRANSPORTS)})"
-            )
+        if t not in known:
+            raise ValueError(f"--transports: unknown transport {t!r} (one of {', '.join(known)})")
     if not names:
         raise ValueError("--transports: empty list")
     return list(dict.fromkeys(names))

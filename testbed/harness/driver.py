@@ -39,8 +39,9 @@ class Driver(Protocol):
 
 
 def driver_for(name: str, sc: Scenario, transport: str, workdir: Path) -> Driver:
-    """The driver of `transport` on the running fabric `name`."""
-    if transport in ENDPOINT_TRANSPORTS:
+    """The driver of `transport` (a name, or a configuration's label) on the running fabric
+    `name`."""
+    if sc.transport_name(transport) in ENDPOINT_TRANSPORTS:
         return EndpointDriver(name, sc, transport, workdir)
     if transport in KERNEL_TRANSPORTS:
         return KernelBaseline(name, sc, transport, workdir / "kernel")

@@ -66,7 +66,8 @@ class LiveBytes:
 
 
 def job_request(sc: Scenario, transport: str) -> dict:
-    """The endpoints' start request for the scenario's job.
+    """The endpoints' start request for the scenario's job, run as `transport` (a name, or the
+    label of a configuration in the file: its EVs, EV profile and NSCC parameters).
 
     With the `mixed` ECMP model every connection draws its own EV base (UDP source ports) from
     the run's seed, as RoCE NICs pick a port per QP (`endpoint.config.connection_ev_base`);
@@ -74,14 +75,21 @@ def job_request(sc: Scenario, transport: str) -> dict:
 
     On a source-routed fabric (`topology.forwarding`) the spraying transports use generated
     EVs, each a route, as MRC pairs them with static source routing; single-path keeps its
-    drawn source port, which the fabric then reads as a random route.
+    drawn source port, which the fabric then reads as a random route. A configuration's own
+    `ev_profile` wins.
     """
-    req: dict = {"workload": endpoint_workload(sc), "mode": transport}
+    name = sc.transport_name(transport)
+    spec = sc.transport_spec(transport)
+    req: dict = {"workload": endpoint_workload(sc), "mode": name}
     over: dict = {}
     if sc.topology.ecmp_hash == "mixed":
         over["ev_seed"] = sc.seed
-    if sc.topology.forwarding == "source-routed" and transport != "single-path":
+    if sc.topology.forwarding == "source-routed" and name != "single-path":
         over["ev_profile"] = "generated"
+    if spec is not None:
+        over.update(spec.transport_config())
+        if spec.evs is not None:
+            req["evs"] = spec.evs
     if over:
         req["transport"] = over
     return req

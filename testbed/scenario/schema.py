@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, Field, PrivateAttr, field_validator
+from pydantic import BaseModel, Discriminator, Field, PrivateAttr, Tag, field_validator
 
 from contracts.clock import MAX_DILATION, check_dilation
 from contracts.defaults import ECMP_HASHES, FORWARDINGS
@@ -34,7 +34,10 @@ __all__ = [
     "FAILURE_ACTIONS",
     "LINK_EVENTS",
     "RECOVERY_ACTIONS",
+    "ENDPOINT_TRANSPORT_NAMES",
     "TRANSPORTS",
+    "CcSpec",
+    "TransportSpec",
     "WORKLOAD_KINDS",
     "WORKLOAD_MODELS_BY_KIND",
     "AllreduceWorkload",
@@ -280,11 +283,82 @@ class Expect(StrictModel):
     max_p100_over_p50: float | None = Field(default=None, ge=1, allow_inf_nan=False)
 
 
+ENDPOINT_TRANSPORT_NAMES: tuple[str, ...] = ("mrc", "single-path", "spray-no-failover")
+
+
+class CcSpec(StrictModel):
+    """NSCC's parameters (endpoint.nscc; UET 1.0 Table 3-82 defaults), named as MRC's controller
+    API names them; times in virtual µs. Omitted ones keep the defaults (docs/transport.md)."""
+
+    base_rtt_us: float | None = Field(default=None, gt=0, le=1e7, allow_inf_nan=False)
+    target_delay_us: float | None = Field(default=None, gt=0, le=1e7, allow_inf_nan=False)
+    target_rtts: float | None = Field(default=None, gt=0, le=100, allow_inf_nan=False)
+    max_window: float | None = Field(default=None, gt=0, le=1000, allow_inf_nan=False)
+    gamma: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
+    max_md_jump: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False)
+    fi: float | None = Field(default=None, ge=0, le=1e6, allow_inf_nan=False)
+    fi_scale: float | None = Field(default=None, ge=0, le=1e6, allow_inf_nan=False)
+    eta: float | None = Field(default=None, ge=0, le=1e6, allow_inf_nan=False)
+    alpha: float | None = Field(default=None, ge=0, le=1e6, allow_inf_nan=False)
+    qa_gate: int | None = Field(default=None, ge=0, le=31)
+    qa_threshold: float | None = Field(default=None, ge=0, le=1e6, allow_inf_nan=False)
+    disable_qa: bool | None = None
+    adjust_bytes_threshold: int | None = Field(default=None, ge=1, le=1_000_000)
+    adjust_period_threshold: float | None = Field(default=None, gt=0, le=1e6, allow_inf_nan=False)
+
+    def transport_config(self) -> dict[str, Any]:
+        """These as endpoint.config.TransportConfig fields (seconds where it counts seconds)."""
+        out: dict[str, Any] = {}
+        for key, value in self.model_dump(exclude_none=True).items():
+            if key == "base_rtt_us":
+                out["base_rtt"] = value * 1e-6
+            elif key == "target_delay_us":
+                out["target_qdelay"] = value * 1e-6
+            else:
+                out[key] = value
+        return out
+
+
+class TransportSpec(StrictModel):
+    """One configuration of an endpoint transport, run and reported under its own label:
+    `{name: mrc, label: mrc-16ev, evs: 16}`. A bare name means its defaults."""
+
+    name: Literal[ENDPOINT_TRANSPORT_NAMES]  # type: ignore[valid-type]
+    label: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=32)
+    evs: int | None = Field(default=None, ge=1, le=256)
+    ev_profile: Literal["auto", "generated"] | None = None
+    cc: CcSpec | None = None
+
+    @property
+    def key(self) -> str:
+        """What runs, results and reports call it: the label, else the name."""
+        return self.label or self.name
+
+    def transport_config(self) -> dict[str, Any]:
+        """TransportConfig overrides of the endpoints' jobs."""
+        out: dict[str, Any] = {}
+        if self.ev_profile is not None:
+            out["ev_profile"] = self.ev_profile
+        if self.cc is not None:
+            out.update(self.cc.transport_config())
+        return out
+
+
+TransportEntry = Annotated[
+    Annotated[Literal[TRANSPORTS], Tag("bare")]  # type: ignore[valid-type]
+    | Annotated[TransportSpec, Tag("spec")],
+    Discriminator(lambda v: "bare" if isinstance(v, str) else "spec"),
+]
+"""A transport by name, or one configuration of it (a mapping): never tried as both, so a
+mistake is reported once, against what was written."""
+
+
 class Scenario(StrictModel):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=64)
     description: str = ""  # optional: what happens and why it matters
     topology: TopologySpec
-    transport: list[Literal[TRANSPORTS]] = Field(default=["mrc"], min_length=1)  # type: ignore[valid-type]
+    # Names, or configurations of an endpoint transport under their own labels (TransportSpec).
+    transport: list[TransportEntry] = Field(default=["mrc"], min_length=1)
     workload: Workload
     duration_s: float = Field(gt=0, le=3600, allow_inf_nan=False)
     seed: int = 1
@@ -297,16 +371,41 @@ class Scenario(StrictModel):
     @field_validator(
         "transport",
         mode="before",
-        json_schema_input_type=Literal[TRANSPORTS] | list[Literal[TRANSPORTS]],  # type: ignore[valid-type]
+        json_schema_input_type=Literal[TRANSPORTS]  # type: ignore[valid-type]
+        | TransportSpec
+        | list[Literal[TRANSPORTS] | TransportSpec],  # type: ignore[valid-type]
     )
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
-        # `transport: mrc` and `transport: [mrc, tcp]` both mean a list of transports to run.
-        return [value] if isinstance(value, str) else value
+        # `transport: mrc`, `transport: [mrc, tcp]` and `transport: {name: mrc, evs: 16}` all
+        # mean a list of transports to run.
+        return [value] if isinstance(value, (str, dict)) else value
+
+    @field_validator("transport")
+    @classmethod
+    def _distinct_keys(cls, value: list) -> list:
+        keys = [t if isinstance(t, str) else t.key for t in value]
+        for i, t in enumerate(value):
+            if isinstance(t, TransportSpec) and t.label in TRANSPORTS and t.label != t.name:
+                raise ValueError(f"[{i}].label: {t.label!r} is the name of another transport")
+        dup = sorted({k for k in keys if keys.count(k) > 1})
+        if dup:
+            raise ValueError(f"{dup[0]!r} is listed twice: give each configuration a label")
+        return value
 
     @property
     def transports(self) -> list[str]:
-        return list(self.transport)
+        """What each run is called: a transport's name, or its configuration's label."""
+        return [t if isinstance(t, str) else t.key for t in self.transport]
+
+    def transport_spec(self, key: str) -> TransportSpec | None:
+        """The configuration run as `key` (None: a bare name, its defaults)."""
+        return next((t for t in self.transport if not isinstance(t, str) and t.key == key), None)
+
+    def transport_name(self, key: str) -> str:
+        """The transport that runs as `key` (its label's, or itself)."""
+        spec = self.transport_spec(key)
+        return spec.name if spec is not None else key
 
     def fabric(self) -> Fabric:
         """The pure fabric description (computed once)."""

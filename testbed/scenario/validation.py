@@ -25,12 +25,14 @@ from contracts.schema import format_loc, reason_of
 from contracts.workloads import WorkloadSpecError, check_hosts
 from testbed.scenario.schema import (
     ACTIONS,
+    ENDPOINT_TRANSPORT_NAMES,
     EVENT_MODELS,
     KERNEL_TRANSPORTS,
     TRANSPORTS,
     WORKLOAD_KINDS,
     WORKLOAD_MODELS_BY_KIND,
     AllreduceWorkload,
+    CcSpec,
     Event,
     Expect,
     Flap,
@@ -40,6 +42,7 @@ from testbed.scenario.schema import (
     Scenario,
     SwitchEvent,
     TopologySpec,
+    TransportSpec,
 )
 from topologies import Fabric, TopologyError
 
@@ -161,6 +164,8 @@ def _strip_tags(loc: tuple) -> tuple:
         return loc[:1] + loc[2:]
     if len(loc) >= 3 and loc[0] == "events" and isinstance(loc[1], int) and loc[2] in ACTIONS:
         return loc[:2] + loc[3:]
+    if len(loc) >= 3 and loc[0] == "transport" and loc[2] in ("bare", "spec"):
+        return loc[:2] + loc[3:]
     return loc
 
 
@@ -205,6 +210,9 @@ def _issue_of(err: Any, loc: tuple, data: dict) -> Issue:
         if isinstance(value, dict) and typo:
             return Issue(f"{path}.{typo[0]}", f"unknown key (did you mean {field!r}?)")
         return Issue(f"{path}.{field}", "required")
+    if kind == "literal_error" and loc[:1] == ("transport",) and loc[-1] == "name":
+        names = ", ".join(ENDPOINT_TRANSPORT_NAMES)
+        return Issue(path, f"{value!r} cannot be configured (a configuration is of: {names})")
     if kind == "literal_error" and loc[:1] == ("transport",):
         where = "transport" if isinstance(data.get("transport"), str) else path
         return Issue(where, f"unknown transport {value!r} (one of {', '.join(TRANSPORTS)})")
@@ -218,6 +226,8 @@ def _tag_value(value: Any, field: str) -> Any:
 def _did_you_mean(loc: tuple, data: dict) -> str:
     parent, key = loc[:-1], loc[-1]
     known = _KNOWN_KEYS.get(parent)
+    if parent[:1] == ("transport",):
+        known = list((TransportSpec if len(parent) <= 2 else CcSpec).model_fields)
     if known is None:
         node: Any = data
         for part in parent:
