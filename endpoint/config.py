@@ -110,6 +110,10 @@ class TransportConfig:
     reorder_min: float = 200e-6  # RACK-style reorder allowance floor
     reorder_rtt_frac: float = 0.25  # ... or this fraction of the smoothed RTT, if larger
     reorder_rttvar_mult: float = 2.0  # ... or this many RTT mean deviations, if larger still
+    # RFC 8985's tail-loss probe fires 2 srtt after the tail left, but not before this: the
+    # probe must not outrun a process that waited for a CPU (a time constant: it scales with
+    # the fabric, testbed.harness.transport_timing).
+    tlp_pto_min: float = 2e-3
     single_path_rto: float = 0.25  # RC-style timeout (NCCL's 4.3 s, scaled to the emulation)
 
     # EV health (endpoint.ev).

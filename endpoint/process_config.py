@@ -31,10 +31,12 @@ EMULATION_TRANSPORT = {
     # RTO fired spuriously and retired every EV of the expired packets.
     "rto_min": 50e-3,
     "rto_initial": 60e-3,
+    # A tail-loss probe 2 ms after the tail at least: what a descheduled switch may add.
+    "tlp_pto_min": 2e-3,
 }
 # Which of those are real-time hazards (seconds a process may wait for a CPU): at time dilation
 # N they shrink to 1/N in virtual time (contracts.clock.hazard); min_cwnd is bytes.
-HAZARD_KEYS = ("reorder_min", "rto_min", "rto_initial")
+HAZARD_KEYS = ("reorder_min", "rto_min", "rto_initial", "tlp_pto_min")
 # ... and min_cwnd is one full packet (max_payload): below one packet the sender paces at
 # srtt x size / cwnd; with an incast-inflated srtt a flow whose window was cut to 128 B by
 # trims sent one packet per ~250 ms and finished last (measured with 1400 B packets).

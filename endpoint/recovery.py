@@ -31,9 +31,9 @@ from endpoint.psn import psn_diff
 from endpoint.rtt import RttEstimator
 from endpoint.stats import ConnectionStats
 
-# RFC 8985 (RACK-TLP), 7.2: the probe timeout is two smoothed RTTs ...
+# RFC 8985 (RACK-TLP), 7.2: the probe timeout is two smoothed RTTs (but at least
+# TransportConfig.tlp_pto_min).
 TLP_PTO_SRTT_FACTOR = 2
-TLP_PTO_MIN = 2e-3  # ... but at least this (seconds)
 # RFC 6298, 5.5: each RTO expiry doubles the next; the factor stops here.
 RTO_BACKOFF_MAX = 64
 # Resends made without any ACK evidence (see Sender._send_copies).
@@ -312,7 +312,7 @@ class Recovery:
         newest = next(reversed(self.inflight.values()))
         since = max(newest.sent_at, self.last_progress_at)
         pto = TLP_PTO_SRTT_FACTOR * self.rtt.smoothed(self.cfg.rto_initial)
-        return since + max(pto, TLP_PTO_MIN)
+        return since + max(pto, self.cfg.tlp_pto_min)
 
     def next_timer(self) -> float | None:
         t = None

@@ -242,7 +242,7 @@ def plot_step_cdf(
                 continue
             rank = sum(1 for x in data if x <= v) / total
             ax.plot([v], [rank], marker=marker, color=c, markersize=7, markeredgecolor="black")
-            parts.append(f"{key.upper()} {v:.0f} ms")
+            parts.append(f"{key.upper()} {v:.0f} ms" if v >= 10 else f"{key.upper()} {v:.3g} ms")
         p50, p100 = pct["p50"], pct["p100"]
         tail = f"  (P100/P50 {p100 / p50:.2f})" if p50 and p100 else ""
         if missing:

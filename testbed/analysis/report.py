@@ -54,7 +54,7 @@ def _failover_cell(
 def _step_cell(value: float | None, pct: Mapping[str, Any]) -> str:
     if value is None:
         return "never" if pct.get("p50") is not None else "—"
-    return f"{value:.0f}"
+    return _ms(value)  # a 10 Gbps fabric's steps are fractions of a millisecond
 
 
 def comparison_rows(

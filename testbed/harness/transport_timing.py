@@ -6,8 +6,8 @@ of them above what a process descheduled on two shared cores may wait. Neither f
 fabric with 1 µs links, whose base RTT is 50 times shorter. So every job's transport gets:
 
 - each time constant x the fabric's time scale (topologies.timing.time_scale: its base RTT over
-  the reference's, at most 1): RTO, probe intervals, reorder allowance, the ACK delay,
-  single-path's RC-style timeout;
+  the reference's, at most 1): RTO, probe intervals, reorder allowance, the ACK delay, the
+  tail-loss probe's floor, single-path's RC-style timeout;
 - NSCC's configured base RTT (`base_rtt`), from which it derives its target delay and, with the
   NIC's rate, its BDP and window (endpoint.nscc), as MRC's controller configures it per fabric;
 - the real-time hazards / N (contracts.clock.hazard) as floors where a late process would
@@ -41,6 +41,7 @@ SCALED_KEYS = (
     "probe_interval",
     "probe_interval_max",
     "ack_delay",
+    "tlp_pto_min",
 )
 """TransportConfig fields that are durations tuned on the reference fabric."""
 
