@@ -45,7 +45,7 @@ def connection_ev_base(seed: int, src: Hashable, dst: Hashable, qp: int, num_evs
     return rng.randrange(SPORT_MIN, SPORT_END - num_evs + 1)
 
 
-EV_PROFILES = ("auto", "generated")
+EV_PROFILES = ("auto", "explicit", "generated")
 
 
 class Mode(str, Enum):
@@ -69,7 +69,9 @@ class TransportConfig:
     # ev_base, which the fabric hashes (MRC_EV_PROFILE AUTO). "generated": each EV a source
     # route, the plane in its low bits and the uplink to take above them, for a source-routed
     # fabric (topology.forwarding); ev_base then aligned, no per-connection draw.
+    # "explicit": the EVs are `explicit_evs`, as given (MRC_EV_PROFILE_EXPLICIT).
     ev_profile: str = "auto"
+    explicit_evs: tuple[int, ...] = ()
     single_path_ev_index: int = 0  # which of the EVs single-path mode uses
     # Bytes of message per packet: a full packet fills the MTU (contracts.framing.mrc_payload:
     # 1420 B in 1514 B frames at 1500); the endpoint process sets it from its NICs' MTU.
@@ -158,6 +160,24 @@ class TransportConfig:
             raise ValueError(
                 f"ev_profile: one of {', '.join(EV_PROFILES)}, got {self.ev_profile!r}"
             )
+        if self.ev_profile == "explicit":
+            evs = tuple(self.explicit_evs)
+            object.__setattr__(self, "explicit_evs", evs)
+            bad = [e for e in evs if isinstance(e, bool) or not isinstance(e, int)]
+            if not evs or bad or not all(0 < e < 65536 for e in evs):
+                raise ValueError("explicit_evs: a list of UDP source ports 1..65535")
+            if len(set(evs)) != len(evs):
+                raise ValueError("explicit_evs: each EV once")
+            if len(evs) != self.num_evs:
+                object.__setattr__(self, "num_evs", len(evs))
+            if not 1 <= self.num_evs <= 256:
+                raise ValueError(f"explicit_evs: 1..256 EVs, got {self.num_evs}")
+            if not 1 <= self.planes <= self.num_evs:
+                raise ValueError(f"planes must be 1..num_evs, got {self.planes}")
+            if not 0 <= self.single_path_ev_index < self.num_evs:
+                raise ValueError("single_path_ev_index out of range")
+        elif self.explicit_evs:
+            raise ValueError("explicit_evs: only with ev_profile explicit")
         if self.ev_profile == "generated":
             align = 1 << (plane_bits(self.planes) + 8)
             if self.ev_base % align:
@@ -247,6 +267,8 @@ class TransportConfig:
         carry their route: plane i % planes in the low plane_bits, then path i // planes, so
         that a source-routed switch (switch.fib.source_route) sends EV i up uplink
         (i // planes) % uplinks: consecutive EVs cover every path of a plane once per round."""
+        if self.ev_profile == "explicit":
+            return list(self.explicit_evs)
         if self.ev_profile == "generated":
             pb, planes = plane_bits(self.planes), self.planes
             return [self.ev_base + ((i // planes) << pb) + i % planes for i in range(self.num_evs)]
@@ -259,6 +281,9 @@ class TransportConfig:
         """The plane of EV `ev` of a connection whose EVs start at `base`."""
         if self.ev_profile == "generated":
             return (ev - base) & ((1 << plane_bits(self.planes)) - 1)
+        if self.ev_profile == "explicit":
+            evs = self.explicit_evs
+            return evs.index(ev) % self.planes if ev in evs else 0
         return (ev - base) % self.planes
 
     def for_connection(self, src: Hashable, dst: Hashable, qp: int) -> TransportConfig:
@@ -266,7 +291,7 @@ class TransportConfig:
         (and no seed left, so that it is resolved once); without, unchanged."""
         if self.ev_seed is None:
             return self
-        if self.ev_profile == "generated":  # the EV is the route: no per-connection draw
+        if self.ev_profile != "auto":  # the EVs are given or are routes: no per-connection draw
             return replace(self, ev_seed=None)
         base = connection_ev_base(self.ev_seed, src, dst, qp, self.num_evs)
         return replace(self, ev_base=base, ev_seed=None)

@@ -292,3 +292,37 @@ def test_a_generated_ev_base_must_be_aligned_and_the_profile_known() -> None:
         TransportConfig(ev_profile="generated", ev_base=0xC001)
     with pytest.raises(ValueError, match="ev_profile"):
         TransportConfig(ev_profile="explicit-ish")
+
+
+def test_explicit_evs_are_the_given_ports_and_carry_a_transfer() -> None:
+    """MRC's EXPLICIT profile: the application's list, EV i on plane i % planes, and a
+    transfer over them on simnet delivers every byte on exactly those source ports."""
+    import pytest
+
+    from endpoint.simnet import PairHarness, SimNet
+
+    evs = [50000, 50013, 50026, 50039, 50052, 50065]
+    cfg = TransportConfig(ev_profile="explicit", explicit_evs=evs, planes=2)
+    assert cfg.num_evs == 6 and cfg.ev_values() == evs
+    assert [cfg.ev_plane(e, cfg.ev_base) for e in evs] == [0, 1] * 3
+    assert cfg.for_connection("a", "b", 1).ev_values() == evs  # no per-connection draw
+    with pytest.raises(ValueError, match="explicit_evs"):
+        TransportConfig(ev_profile="explicit", explicit_evs=[7, 7])
+    with pytest.raises(ValueError, match="explicit_evs"):
+        TransportConfig(explicit_evs=[7])
+    net = SimNet(seed=3)
+    h = PairHarness(net, TransportConfig(ev_profile="explicit", explicit_evs=evs))
+    used: set[int] = set()
+    inject = net.inject
+
+    def spy(src, tx):
+        used.add(tx.ev)
+        inject(src, tx)
+
+    net.inject = spy
+    rng = random.Random(3)
+    data = [rng.randbytes(20_000) for _ in range(5)]
+    for d in data:
+        h.send_ab(d)
+    assert h.run(5.0)
+    assert used <= set(evs) and len(used) == len(evs)

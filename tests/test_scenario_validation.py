@@ -522,6 +522,11 @@ def test_a_transport_may_be_a_configuration_under_its_own_label() -> None:
     tcfg = job_transport_config(cfg, job_request(sc, "mrc"))
     assert tcfg.ev_profile == "generated" and tcfg.base_rtt == pytest.approx(13e-6)
     assert validate(_with_transport({"name": "mrc"})).transports == ["mrc"]
+    sc = validate(
+        _with_transport({"name": "mrc", "ev_profile": "explicit", "explicit_evs": [50000, 50007]})
+    )
+    tcfg = job_transport_config(cfg, job_request(sc, "mrc"))
+    assert tcfg.ev_values() == [50000, 50007] and tcfg.num_evs == 2
 
 
 @pytest.mark.parametrize(
@@ -535,6 +540,13 @@ def test_a_transport_may_be_a_configuration_under_its_own_label() -> None:
         ([{"name": "mrc", "cc": {"gamma": 2}}], "transport[0].cc.gamma", "less than or equal"),
         ([{"name": "mrc", "evs": 0}], "transport[0].evs", "greater than or equal"),
         (["mrcc"], "transport[0]", "unknown transport 'mrcc'"),
+        ([{"name": "mrc", "ev_profile": "explicit"}], "transport[0]", "explicit_evs: given"),
+        ([{"name": "mrc", "explicit_evs": [50000]}], "transport[0]", "explicit_evs: given"),
+        (
+            [{"name": "mrc", "ev_profile": "explicit", "explicit_evs": [5, 5]}],
+            "transport[0]",
+            "once",
+        ),
     ],
 )
 def test_a_bad_transport_configuration_names_its_key(transport, where, says) -> None:

@@ -78,10 +78,11 @@ def test_transport_timers_follow_the_base_rtt_with_real_time_hazards_as_floors()
     # At N = 1 on the reference fabric: the emulation's measured floors (50 ms RTO, 2 ms RACK).
     assert ref["rto_min"] == 50e-3 and ref["reorder_min"] == 2e-3
     # NSCC's base RTT is the fabric's, from which it derives its target delay and window.
-    assert ref["base_rtt"] == pytest.approx(REFERENCE_BASE_RTT_S)
+    # ... plus the emulator's own latency per round trip, real (N = 1) or / N.
+    assert ref["base_rtt"] == pytest.approx(REFERENCE_BASE_RTT_S + 1e-3)
     dc = transport_timing(DC, 1000.0)
     scale = time_scale(DC)
-    assert dc["base_rtt"] == pytest.approx(scale * REFERENCE_BASE_RTT_S)
+    assert dc["base_rtt"] == pytest.approx(scale * REFERENCE_BASE_RTT_S + 1e-3 / 1000)
     assert "target_qdelay" not in dc  # 0.75 base RTT (UET 1.0 with trimming), not a scaled constant
     assert dc["probe_interval"] == pytest.approx(1e-3 * scale)
     assert dc["rto_min"] == pytest.approx(max(15e-3 * scale, 50e-3 / 1000))

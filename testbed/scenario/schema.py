@@ -11,7 +11,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, Discriminator, Field, PrivateAttr, Tag, field_validator
+from pydantic import (
+    BaseModel,
+    Discriminator,
+    Field,
+    PrivateAttr,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
 from contracts.clock import MAX_DILATION, check_dilation
 from contracts.defaults import ECMP_HASHES, FORWARDINGS
@@ -326,8 +334,20 @@ class TransportSpec(StrictModel):
     name: Literal[ENDPOINT_TRANSPORT_NAMES]  # type: ignore[valid-type]
     label: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=32)
     evs: int | None = Field(default=None, ge=1, le=256)
-    ev_profile: Literal["auto", "generated"] | None = None
+    ev_profile: Literal["auto", "explicit", "generated"] | None = None
+    # ev_profile explicit: the EVs (UDP source ports) themselves, as MRC's EXPLICIT profile.
+    explicit_evs: list[Annotated[int, Field(ge=1, le=65535)]] | None = Field(
+        default=None, min_length=1, max_length=256
+    )
     cc: CcSpec | None = None
+
+    @model_validator(mode="after")
+    def _explicit_needs_its_list(self) -> TransportSpec:
+        if (self.ev_profile == "explicit") != (self.explicit_evs is not None):
+            raise ValueError("explicit_evs: given exactly when ev_profile is explicit")
+        if self.explicit_evs is not None and len(set(self.explicit_evs)) != len(self.explicit_evs):
+            raise ValueError("explicit_evs: each EV once")
+        return self
 
     @property
     def key(self) -> str:
@@ -339,6 +359,8 @@ class TransportSpec(StrictModel):
         out: dict[str, Any] = {}
         if self.ev_profile is not None:
             out["ev_profile"] = self.ev_profile
+        if self.explicit_evs is not None:
+            out["explicit_evs"] = list(self.explicit_evs)
         if self.cc is not None:
             out.update(self.cc.transport_config())
         return out
