@@ -46,7 +46,7 @@ class EVSet:
         self._next_resend = 0
         # The EVs of the latest ACKs, oldest first (the sender appends): where resends go.
         self.recent: deque[EVPath] = deque(maxlen=RECENT_ACKED)
-        self._on_change = on_change  # callback(now, ev, old_state, new_state) for stats
+        self._on_change = on_change  # callback(now, ev, old_state, new_state, reason)
         policy = current_policy()
         self._retire = policy.retire
         self._schedule_probe = policy.schedule_probe
@@ -123,12 +123,13 @@ class EVSet:
 
     # -- feedback ----------------------------------------------------------------------------
 
-    def on_congestion(self, ev: int, now: float) -> None:
+    def on_congestion(self, ev: int, now: float, reason: str = "ecn") -> None:
+        """An ECN echo or a trim NACK on `ev` (`reason`): its weight drops."""
         p = self.by_ev.get(ev)
         if p is None or p.state is EVState.FAILED:
             return
         p.weight = max(self.cfg.weight_min, p.weight * self.cfg.ecn_weight_factor)
-        self._set(p, EVState.CONGESTED, now)
+        self._set(p, EVState.CONGESTED, now, reason)
 
     def on_clean_ack(self, ev: int, now: float) -> None:
         p = self.by_ev.get(ev)
@@ -136,23 +137,24 @@ class EVSet:
             return
         p.weight = min(1.0, p.weight + self.cfg.weight_recover)
         if p.weight >= 1.0:
-            self._set(p, EVState.GOOD, now)
+            self._set(p, EVState.GOOD, now, "clean_acks")
 
-    def retire(self, ev: int, now: float, next_probe_seq: int) -> bool:
-        """Mark ``ev`` FAILED and schedule its first probe. False if it already was."""
+    def retire(self, ev: int, now: float, next_probe_seq: int, reason: str = "loss") -> bool:
+        """Mark ``ev`` FAILED and schedule its first probe. False if it already was. `reason`:
+        what proved it dead (loss, rto, ack_path, sweep), for the EV event stream."""
         p = self.by_ev.get(ev)
         if p is None or not self._retire(p, now, next_probe_seq, self.cfg):
             return False
-        self._set(p, EVState.FAILED, now)
+        self._set(p, EVState.FAILED, now, reason)
         return True
 
-    def readmit(self, ev: int, probe_seq: int, now: float) -> bool:
+    def readmit(self, ev: int, probe_seq: int, now: float, reason: str = "probe_ack") -> bool:
         """A PROBE-ACK arrived: re-admit ``ev`` if it answers a probe sent since it failed."""
         p = self.by_ev.get(ev)
         if p is None or not self._readmit(p, probe_seq, now, self.cfg):
             return False
         p.ack_misses = 0
-        self._set(p, EVState.GOOD, now)
+        self._set(p, EVState.GOOD, now, reason)
         return True
 
     # -- probing -----------------------------------------------------------------------------
@@ -176,7 +178,7 @@ class EVSet:
     def states(self) -> dict[int, str]:
         return {p.ev: p.state.value for p in self.paths}
 
-    def _set(self, p: EVPath, state: EVState, now: float) -> None:
+    def _set(self, p: EVPath, state: EVState, now: float, reason: str) -> None:
         if p.state is state:
             return
         old = p.state
@@ -186,7 +188,7 @@ class EVSet:
         elif old is EVState.FAILED:
             self._failed.remove(p)
         if self._on_change is not None:
-            self._on_change(now, p.ev, old, state)
+            self._on_change(now, p.ev, old, state, reason)
 
 
 # -- the failure policy --------------------------------------------------------------------------

@@ -394,6 +394,7 @@ class EndpointProcess:
                         "ev": tr.ev,
                         "old": tr.old,
                         "new": tr.new,
+                        "reason": tr.reason,
                     }
                 )
             self._ev_seen[qp] = len(st.ev_transitions)

@@ -152,7 +152,7 @@ class Recovery:
         path = self.evs.by_ev.get(ev)
         if self._sweep_on and path is not None and sent <= now and sent > path.proven_at:
             path.proven_at = sent
-        if self.evs.readmit(ev, probe_seq, now):
+        if self.evs.readmit(ev, probe_seq, now, "probe_ack"):
             self.stats.counters["ev_readmitted"] += 1
         else:
             self.stats.counters["probe_ack_ignored"] += 1
@@ -186,7 +186,7 @@ class Recovery:
             path.ack_misses += 1
             if path.ack_misses >= self.cfg.ack_miss_limit:
                 self.stats.counters["ack_path_retired"] += 1
-                self._retire(p.ev, now)
+                self._retire(p.ev, now, "ack_path")
 
     def reorder_allowance(self) -> float:
         cfg = self.cfg
@@ -233,12 +233,12 @@ class Recovery:
         else:
             self.retx.append(p)
         if self.policy.failover and reason in ("loss", "rto"):
-            self._retire(p.ev, now)
+            self._retire(p.ev, now, reason)
             if self._sweep_on and self.sweep_until is None:
                 self._open_sweep(p.sent_at, now)
 
-    def _retire(self, ev: int, now: float) -> None:
-        if not self.evs.retire(ev, now, self.probe_seq):
+    def _retire(self, ev: int, now: float, reason: str) -> None:
+        if not self.evs.retire(ev, now, self.probe_seq, reason):
             return
         self.stats.counters["ev_retired"] += 1
         for q in [q for q in self.inflight.values() if q.ev == ev]:
@@ -274,7 +274,7 @@ class Recovery:
         for path in self.evs.paths:
             if path.state is not EVState.FAILED and path.proven_at < since:
                 self.stats.counters["sweep_retired"] += 1
-                self._retire(path.ev, now)
+                self._retire(path.ev, now, "sweep")
 
     def _rewind(self, reason: str, snd_una: int, now: float) -> None:
         """Go-back-N: everything in flight is resent in PSN order."""

@@ -290,7 +290,7 @@ class Sender:
         ce = a.ecn_echo > 0
         if ce:
             st.counters["ecn_echo_rx"] += 1
-            self.evs.on_congestion(a.ev_echo, now)
+            self.evs.on_congestion(a.ev_echo, now, "ecn")
         else:
             self.evs.on_clean_ack(a.ev_echo, now)
         if acked:
@@ -336,7 +336,7 @@ class Sender:
                 self.rtt.observe_base(rtt)
             self.recovery.declare_lost(p, "nack_trim", now, front=True)
             self.cc.on_trim(p.length, now, self.recovery.inflight_bytes)
-            self.evs.on_congestion(p.ev, now)
+            self.evs.on_congestion(p.ev, now, "trim")
         elif n.reason == NACK_OUT_OF_WINDOW:
             self.recovery.declare_lost(p, "nack_window", now)
         else:
@@ -378,5 +378,5 @@ class Sender:
 
     # -- stats ---------------------------------------------------------------------------------
 
-    def _ev_changed(self, now: float, ev: int, old: EVState, new: EVState) -> None:
-        self.stats.ev_transitions.append(EVTransition(now, ev, old.value, new.value))
+    def _ev_changed(self, now: float, ev: int, old: EVState, new: EVState, reason: str) -> None:
+        self.stats.ev_transitions.append(EVTransition(now, ev, old.value, new.value, reason))

@@ -23,6 +23,7 @@ class EVTransition:
     ev: int
     old: str
     new: str
+    reason: str = ""  # loss, rto, ack_path, sweep, probe_ack, ecn, trim, clean_acks
 
 
 @dataclass

@@ -326,3 +326,23 @@ def test_explicit_evs_are_the_given_ports_and_carry_a_transfer() -> None:
         h.send_ab(d)
     assert h.run(5.0)
     assert used <= set(evs) and len(used) == len(evs)
+
+
+def test_every_ev_transition_says_why() -> None:
+    """The EV event stream (issue 19): each change carries what caused it."""
+    seen: list = []
+    evs = EVSet(TransportConfig(num_evs=4), on_change=lambda *a: seen.append(a))
+    ev = evs.paths[0].ev
+    evs.on_congestion(ev, 1.0, "trim")
+    evs.retire(ev, 2.0, 0, "sweep")
+    assert evs.readmit(ev, 5, 3.0)
+    evs.on_congestion(ev, 4.0)
+    for _ in range(50):
+        evs.on_clean_ack(ev, 5.0)
+    assert [(s[2].value, s[3].value, s[4]) for s in seen] == [
+        ("good", "congested", "trim"),
+        ("congested", "failed", "sweep"),
+        ("failed", "good", "probe_ack"),
+        ("good", "congested", "ecn"),
+        ("congested", "good", "clean_acks"),
+    ]
