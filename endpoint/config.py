@@ -72,6 +72,7 @@ class TransportConfig:
     # "explicit": the EVs are `explicit_evs`, as given (MRC_EV_PROFILE_EXPLICIT).
     ev_profile: str = "auto"
     explicit_evs: tuple[int, ...] = ()
+    min_active_evs: int = 1  # a deny mask that would leave fewer undenied EVs is refused
     single_path_ev_index: int = 0  # which of the EVs single-path mode uses
     # Bytes of message per packet: a full packet fills the MTU (contracts.framing.mrc_payload:
     # 1420 B in 1514 B frames at 1500); the endpoint process sets it from its NICs' MTU.
@@ -192,6 +193,8 @@ class TransportConfig:
             raise ValueError(f"ev_seed must be an integer or None, got {self.ev_seed!r}")
         if not 0 <= self.single_path_ev_index < self.num_evs:
             raise ValueError("single_path_ev_index out of range")
+        if not isinstance(self.min_active_evs, int) or not 1 <= self.min_active_evs <= 256:
+            raise ValueError(f"min_active_evs must be 1..256, got {self.min_active_evs!r}")
         if not 1 <= self.max_payload <= mrc_payload(MAX_MTU):
             raise ValueError(f"max_payload must be 1..{mrc_payload(MAX_MTU)}")
         if not 1 <= self.window_psns <= MAX_WINDOW:

@@ -16,6 +16,9 @@ Requests (every reply is one line with ``"ok": true|false``; errors name the bad
                                               other connections are served meanwhile
 ``{"op": "stats", "job": J?}``             -> process and per-connection counters, job status
 ``{"op": "stop"}``                         -> flushes the metrics and exits (also on SIGTERM)
+``{"op": "deny", "mask": M, "value": V}``  -> every EV with ev & M == V is DENIED on every
+                                             connection, now and later (MRC's EV deny mask)
+``{"op": "allow", "mask": M, "value": V}`` -> lifts that rule
 
 A coordinator (a test, the scenario runner) synchronises hosts without sleeping: ``start``
 every endpoint, then ``go`` every endpoint, then ``wait`` on each — see :class:`Coordinator`.
@@ -31,7 +34,7 @@ import time
 from collections.abc import Iterable, Mapping
 
 MAX_LINE = 1 << 20
-OPS = ("ping", "start", "go", "wait", "stats", "stop")
+OPS = ("ping", "start", "go", "wait", "stats", "stop", "deny", "allow")
 
 
 class ControlError(RuntimeError):
@@ -171,6 +174,13 @@ class Coordinator:
         self.start(job, request)
         self.go(job)
         return self.wait(job, timeout)
+
+    def deny(self, mask: int, value: int, hosts: Iterable[str] | None = None) -> dict[str, dict]:
+        """MRC's deny mask on every connection of `hosts` (default all), now and later."""
+        return self._all({"op": "deny", "mask": mask, "value": value}, hosts)
+
+    def allow(self, mask: int, value: int, hosts: Iterable[str] | None = None) -> dict[str, dict]:
+        return self._all({"op": "allow", "mask": mask, "value": value}, hosts)
 
     def stats(self, job: int | None = None) -> dict[str, dict]:
         req: dict = {"op": "stats"} if job is None else {"op": "stats", "job": job}

@@ -55,6 +55,7 @@ class EVSet:
         # endpoint process, and scanning every EV there cost ~10% of its CPU.
         self._failed: list[EVPath] = []
         self.fallback_picks = 0  # picks made from FAILED EVs because no other was left
+        self.deny_rules: list[tuple[int, int]] = []  # (mask, value): EVs matching are DENIED
 
     # -- selection ---------------------------------------------------------------------------
 
@@ -72,6 +73,7 @@ class EVSet:
                 if (
                     p.proven_at >= proven_since
                     and p.state is not EVState.FAILED
+                    and p.state is not EVState.DENIED
                     and p.ev != exclude
                 ):
                     return p
@@ -80,7 +82,11 @@ class EVSet:
         for _ in range(n):
             p = paths[self._next]
             self._next = (self._next + 1) % n
-            if p.state is EVState.FAILED or (p.ev == exclude and n > 1):
+            if (
+                p.state is EVState.FAILED
+                or p.state is EVState.DENIED
+                or (p.ev == exclude and n > 1)
+            ):
                 continue
             p.credit += p.weight
             if p.credit >= 1.0:
@@ -94,7 +100,8 @@ class EVSet:
         # Nothing healthy (all FAILED, or the only one excluded): keep data moving on the
         # failed EVs in turn rather than stall; probes still decide when they come back.
         self.fallback_picks += 1
-        candidates = [p for p in paths if p.ev != exclude] or paths
+        allowed = [p for p in paths if p.state is not EVState.DENIED]  # never a denied one
+        candidates = [p for p in allowed if p.ev != exclude] or allowed
         p = candidates[self._next_failed % len(candidates)]
         self._next_failed += 1
         return p
@@ -113,20 +120,22 @@ class EVSet:
         n = len(recent)
         for i in range(n):
             p = recent[n - 1 - (self._next_resend + i) % n]
-            if p.state is not EVState.FAILED and p.ev != exclude:
+            if p.state is not EVState.FAILED and p.state is not EVState.DENIED and p.ev != exclude:
                 self._next_resend = (self._next_resend + i + 1) % RECENT_ACKED
                 return p
         return self.pick(exclude)
 
     def healthy_count(self) -> int:
-        return sum(1 for p in self.paths if p.state is not EVState.FAILED)
+        return sum(
+            1 for p in self.paths if p.state is not EVState.FAILED and p.state is not EVState.DENIED
+        )
 
     # -- feedback ----------------------------------------------------------------------------
 
     def on_congestion(self, ev: int, now: float, reason: str = "ecn") -> None:
         """An ECN echo or a trim NACK on `ev` (`reason`): its weight drops."""
         p = self.by_ev.get(ev)
-        if p is None or p.state is EVState.FAILED:
+        if p is None or p.state is EVState.FAILED or p.state is EVState.DENIED:
             return
         p.weight = max(self.cfg.weight_min, p.weight * self.cfg.ecn_weight_factor)
         self._set(p, EVState.CONGESTED, now, reason)
@@ -143,7 +152,9 @@ class EVSet:
         """Mark ``ev`` FAILED and schedule its first probe. False if it already was. `reason`:
         what proved it dead (loss, rto, ack_path, sweep), for the EV event stream."""
         p = self.by_ev.get(ev)
-        if p is None or not self._retire(p, now, next_probe_seq, self.cfg):
+        if p is None or p.state is EVState.DENIED:
+            return False
+        if not self._retire(p, now, next_probe_seq, self.cfg):
             return False
         self._set(p, EVState.FAILED, now, reason)
         return True
@@ -156,6 +167,40 @@ class EVSet:
         p.ack_misses = 0
         self._set(p, EVState.GOOD, now, reason)
         return True
+
+    # -- deny masks (MRC's EV deny: "link 1 at hop 2" as mask/value bits of the EV) ---------
+
+    def deny(self, mask: int, value: int, now: float) -> list[int]:
+        """Deny every EV with ev & mask == value: it carries nothing and is not probed until
+        the rule is lifted. Returns the EVs it denied. Refused (ValueError, nothing changed)
+        if fewer than ``min_active_evs`` EVs would be left undenied."""
+        if (mask, value) in self.deny_rules:
+            return []
+        hit = [p for p in self.paths if p.ev & mask == value and p.state is not EVState.DENIED]
+        left = sum(1 for p in self.paths if p.state is not EVState.DENIED) - len(hit)
+        if left < self.cfg.min_active_evs:
+            raise ValueError(
+                f"deny mask {mask:#x} value {value:#x}: would leave {left} of {len(self.paths)} "
+                f"EVs, fewer than min_active_evs ({self.cfg.min_active_evs})"
+            )
+        self.deny_rules.append((mask, value))
+        for p in hit:
+            self._set(p, EVState.DENIED, now, "deny")  # a FAILED one stops being probed
+        return [p.ev for p in hit]
+
+    def allow(self, mask: int, value: int, now: float) -> list[int]:
+        """Lift one deny rule: the EVs no other rule denies are GOOD again (full weight).
+        Returns them."""
+        if (mask, value) not in self.deny_rules:
+            return []
+        self.deny_rules.remove((mask, value))
+        back = []
+        for p in self.paths:
+            if p.state is EVState.DENIED and not any(p.ev & m == v for m, v in self.deny_rules):
+                p.weight, p.credit, p.ack_misses = 1.0, 0.0, 0
+                self._set(p, EVState.GOOD, now, "allow")
+                back.append(p.ev)
+        return back
 
     # -- probing -----------------------------------------------------------------------------
 

@@ -12,11 +12,14 @@ from enum import Enum
 
 
 class EVState(str, Enum):
-    """GOOD carries its full share; CONGESTED a smaller one (ECN, trims); FAILED none (a loss)."""
+    """GOOD carries its full share; CONGESTED a smaller one (ECN, trims); FAILED none (a loss:
+    MRC's ASSUMED_BAD, probed until it answers); DENIED none and no probes, until a deny mask
+    that matches it is lifted (MRC's DENIED: an operator's or a controller's decision)."""
 
     GOOD = "good"
     CONGESTED = "congested"
     FAILED = "failed"
+    DENIED = "denied"
 
 
 class EVPath:

@@ -44,6 +44,17 @@ from endpoint.workloads import Job
 _JOB_KEYS = {"op", "job", "workload", "mode", "evs", "ev_base", "transport", "go"}
 
 
+def _deny_rule(req: dict) -> tuple[int, int]:
+    """(mask, value) of a deny/allow request, both 16-bit EV bit patterns, value within mask."""
+    for key in ("mask", "value"):
+        v = req.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 0xFFFF:
+            raise ValueError(f"{key}: expected an EV bit pattern 0..65535, got {v!r}")
+    if req["value"] & ~req["mask"]:
+        raise ValueError(f"value: {req['value']:#x} has bits outside mask {req['mask']:#x}")
+    return req["mask"], req["value"]
+
+
 class EndpointProcess:
     """Everything one host's endpoint owns; ``run()`` is the event loop."""
 
@@ -67,6 +78,7 @@ class EndpointProcess:
         self.bins = DeliveryBins(cfg.bin_s)
         self.ep = Endpoint(job_transport_config(cfg, {}))
         self.jobs: dict[int, Job] = {}
+        self.deny_rules: list[tuple[int, int]] = []  # (mask, value) of the deny requests in force
         self.job_of_qp: dict[int, Job] = {}
         self.stopping = False
         self.stop_reason = ""
@@ -140,6 +152,8 @@ class EndpointProcess:
                 "wait": self._wait,
                 "stats": self._stats,
                 "stop": self._stop,
+                "deny": self._deny,
+                "allow": self._allow,
             },
             clock=self.clock,
         )
@@ -486,6 +500,36 @@ class EndpointProcess:
         self.stop_reason = "stop request"
         return {"ok": True}
 
+    # ----- deny masks (MRC's EV deny; docs/transport.md, "Deny masks") ----------------------
+
+    def _deny(self, req: dict, c: ControlConnection, now: float) -> dict:
+        """Deny every EV with ev & mask == value on every connection, now and later ones: all
+        or none (a connection that would keep fewer than min_active_evs refuses it)."""
+        rule = _deny_rule(req)
+        denied: dict[int, list[int]] = {}
+        try:
+            for qp, conn in self.ep.connections.items():
+                denied[qp] = conn.sender.evs.deny(*rule, now)
+        except ValueError as exc:
+            for qp in denied:
+                self.ep.connections[qp].sender.evs.allow(*rule, now)
+            raise ValueError(f"{self.host}: {exc}") from None
+        if rule not in self.deny_rules:
+            self.deny_rules.append(rule)
+        return {"ok": True, "denied": sum(len(v) for v in denied.values()), "qps": len(denied)}
+
+    def _allow(self, req: dict, c: ControlConnection, now: float) -> dict:
+        rule = _deny_rule(req)
+        if rule in self.deny_rules:
+            self.deny_rules.remove(rule)
+        back = sum(len(conn.sender.evs.allow(*rule, now)) for conn in self.ep.connections.values())
+        return {"ok": True, "allowed": back}
+
+    def _apply_denies(self, now: float) -> None:
+        for rule in self.deny_rules:
+            for conn in self.ep.connections.values():
+                conn.sender.evs.deny(*rule, now)
+
     def _job(self, req: dict) -> Job:
         job = self.jobs.get(req.get("job"))  # type: ignore[arg-type]
         if job is None:
@@ -529,6 +573,7 @@ class EndpointProcess:
             if job.done:
                 self._job_done(job, now)
         self.metrics.flush()
+        self._apply_denies(now)  # rules given before this job's connections existed
         return {"ok": True, "job": job_id, "peers": list(job.conns), "t": now}
 
     def _emit(self, record: dict) -> None:

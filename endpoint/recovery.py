@@ -34,6 +34,8 @@ from endpoint.stats import ConnectionStats
 # RFC 8985 (RACK-TLP), 7.2: the probe timeout is two smoothed RTTs (but at least
 # TransportConfig.tlp_pto_min).
 TLP_PTO_SRTT_FACTOR = 2
+# A sweep makes every EV prove itself, except those already known dead or denied.
+_NOT_PROBED = (EVState.FAILED, EVState.DENIED)
 # RFC 6298, 5.5: each RTO expiry doubles the next; the factor stops here.
 RTO_BACKOFF_MAX = 64
 # Resends made without any ACK evidence (see Sender._send_copies).
@@ -265,14 +267,14 @@ class Recovery:
         srtt = self.rtt.smoothed(self.cfg.rto_initial)
         self.sweep_until = now + max(2 * srtt, self.reorder_allowance() + srtt)
         for path in self.evs.paths:
-            if path.state is not EVState.FAILED and path.proven_at < since:
+            if path.state not in _NOT_PROBED and path.proven_at < since:
                 self.probe_queue.append(path)
 
     def _close_sweep(self, now: float) -> None:
         self.sweep_until = None
         since = self.sweep_since
         for path in self.evs.paths:
-            if path.state is not EVState.FAILED and path.proven_at < since:
+            if path.state not in _NOT_PROBED and path.proven_at < since:
                 self.stats.counters["sweep_retired"] += 1
                 self._retire(path.ev, now, "sweep")
 

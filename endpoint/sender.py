@@ -226,7 +226,7 @@ class Sender:
         used = {p.ev}
         for _ in range(self._tail_copies - 1):
             path = self.evs.pick(exclude=p.ev)
-            if path.ev in used or path.state is EVState.FAILED:
+            if path.ev in used or path.state is EVState.FAILED or path.state is EVState.DENIED:
                 continue
             used.add(path.ev)
             path.packets_sent += 1

@@ -727,3 +727,34 @@ def test_bench_table_and_helpers():
     text = format_endpoint_table(d)
     assert "udp_blaster" in text and "93.7" in text
     assert "MRC header overhead ceiling: 93.79 % at 1500 B" in text and "88.65 %" in text
+
+
+def test_a_deny_mask_keeps_a_transfer_off_its_evs_and_says_so(loopback):
+    """The control socket's deny op (MRC's EV deny): given before the job, it applies to the
+    connections the job makes; the transfer completes without one byte on a denied EV, the
+    event stream records each EV's change with reason `deny`, and bad rules are refused."""
+    lb = loopback(["a", "b"])
+    co = lb.coordinator()
+    assert co.deny(0x3, 0x1, ["a"])["a"]["ok"]
+    with ControlClient(str(lb.sock("a"))) as c:
+        with pytest.raises(ControlError, match="value: 0x4 has bits outside mask 0x3"):
+            c.call({"op": "deny", "mask": 0x3, "value": 0x4})
+        with pytest.raises(ControlError, match="mask: expected an EV bit pattern"):
+            c.call({"op": "deny", "mask": 0xFFFF0, "value": 0})
+    res = co.run(1, {"workload": {"kind": "bulk", "src": "a", "dst": "b", "bytes": "1MB"}})
+    assert res["b"]["received_bytes"] == 1_000_000
+    co.stop()
+    for p in lb.procs.values():
+        assert p.wait(10) == 0
+    recs = read_records(lb.metrics("a"))
+    denied = {r["ev"] for r in recs if r["type"] == "ev" and r["new"] == "denied"}
+    assert denied and all(ev & 0x3 == 0x1 for ev in denied)
+    assert all(r["reason"] == "deny" for r in recs if r["type"] == "ev" and r["new"] == "denied")
+    used = {
+        int(key.rsplit(":", 1)[1])
+        for r in recs
+        if r["type"] == "evtx"
+        for key, n in r["bytes"].items()
+        if n > 200  # data, not the ACKs this host sends for the other direction
+    }
+    assert used and not used & denied

@@ -346,3 +346,55 @@ def test_every_ev_transition_says_why() -> None:
         ("good", "congested", "ecn"),
         ("congested", "good", "clean_acks"),
     ]
+
+
+def test_a_deny_mask_takes_its_evs_out_until_lifted() -> None:
+    """MRC's deny masks: EVs whose bits match mask/value carry nothing and are not probed; the
+    rule is refused if it would leave fewer than min_active_evs; lifting it restores them."""
+    import pytest
+
+    from endpoint.ev_path import EVState
+
+    cfg = TransportConfig(ev_profile="generated", num_evs=16, min_active_evs=5)
+    seen: list = []
+    evs = EVSet(cfg, on_change=lambda *a: seen.append(a))
+    base = cfg.ev_base
+    # Generated EVs on 4 uplinks: "uplink 1" is the field value 1 in bits 0-1 (one plane).
+    denied = evs.deny(0x3, 0x1, 1.0)
+    assert denied == [base + i for i in range(16) if i % 4 == 1]
+    assert all(seen_[3] is EVState.DENIED and seen_[4] == "deny" for seen_ in seen)
+    picks = {evs.pick().ev for _ in range(200)}
+    assert picks and not picks & set(denied)
+    assert evs.healthy_count() == 12
+    assert not evs.retire(denied[0], 2.0, 0)  # a denied EV is not retired (nor probed)
+    assert evs.deny(0x3, 0x1, 2.0) == []  # the same rule twice: nothing more
+    evs.deny(0x3, 0x2, 2.0)
+    with pytest.raises(ValueError, match="min_active_evs"):
+        evs.deny(0x3, 0x3, 3.0)  # would leave 4 < 5
+    assert evs.healthy_count() == 8  # refused: nothing changed
+    assert evs.allow(0x3, 0x1, 4.0) == denied
+    assert {evs.by_ev[e].state for e in denied} == {EVState.GOOD}
+    assert evs.allow(0x3, 0x1, 5.0) == []
+
+
+def test_denied_evs_carry_no_packet_of_a_transfer() -> None:
+    from endpoint.simnet import PairHarness, SimNet
+
+    cfg = TransportConfig(ev_profile="generated", num_evs=16, base_rtt=2e-3)
+    net = SimNet(seed=4)
+    h = PairHarness(net, cfg)
+    bad = set(h.ca.sender.evs.deny(0x3, 0x0, 0.0))
+    used: list[int] = []
+    inject = net.inject
+
+    def spy(src, tx):
+        if src == "a":
+            used.append(tx.ev)
+        inject(src, tx)
+
+    net.inject = spy
+    rng = random.Random(4)
+    for _ in range(4):
+        h.send_ab(rng.randbytes(30_000))
+    assert h.run(5.0)
+    assert len(bad) == 4 and used and not set(used) & bad
