@@ -280,14 +280,11 @@ class TransportConfig:
     def _top_ev(self) -> int:
         return self.ev_values()[-1]
 
-    def ev_plane(self, ev: int, base: int) -> int:
-        """The plane of EV `ev` of a connection whose EVs start at `base`."""
-        if self.ev_profile == "generated":
-            return (ev - base) & ((1 << plane_bits(self.planes)) - 1)
-        if self.ev_profile == "explicit":
-            evs = self.explicit_evs
-            return evs.index(ev) % self.planes if ev in evs else 0
-        return (ev - base) % self.planes
+    def ev_planes(self) -> dict[int, int]:
+        """EV -> plane: EV i is on plane i % planes, whatever the profile (the receiver keeps
+        this map of the EVs it replies on, one lookup per reply)."""
+        planes = self.planes
+        return {ev: i % planes for i, ev in enumerate(self.ev_values())}
 
     def for_connection(self, src: Hashable, dst: Hashable, qp: int) -> TransportConfig:
         """This config as QP `qp` from `src` to `dst` uses it: with `ev_seed`, its own EV base

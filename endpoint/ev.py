@@ -66,14 +66,15 @@ class EVSet:
         (``proven_at``) are taken, in turn, while there is one; else the normal choice.
         """
         paths = self.paths
+        failed, denied = EVState.FAILED, EVState.DENIED  # per packet: locals, not lookups
         if proven_since is not None:
             for _ in range(len(paths)):
                 p = paths[self._next]
                 self._next = (self._next + 1) % len(paths)
                 if (
                     p.proven_at >= proven_since
-                    and p.state is not EVState.FAILED
-                    and p.state is not EVState.DENIED
+                    and p.state is not failed
+                    and p.state is not denied
                     and p.ev != exclude
                 ):
                     return p
@@ -82,11 +83,7 @@ class EVSet:
         for _ in range(n):
             p = paths[self._next]
             self._next = (self._next + 1) % n
-            if (
-                p.state is EVState.FAILED
-                or p.state is EVState.DENIED
-                or (p.ev == exclude and n > 1)
-            ):
+            if p.state is failed or p.state is denied or (p.ev == exclude and n > 1):
                 continue
             p.credit += p.weight
             if p.credit >= 1.0:

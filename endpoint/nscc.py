@@ -78,8 +78,6 @@ class Nscc:
         "_ignored",
         "_last_adjust",
         "_last_dec",
-        "decreases",
-        "increases",
         "quick_adapts",
         "mds",
         "trims",
@@ -105,8 +103,6 @@ class Nscc:
         self._ignored = 0
         self._last_adjust: float | None = None
         self._last_dec = float("-inf")
-        self.decreases = 0
-        self.increases = 0
         self.quick_adapts = 0
         self.mds = 0
         self.trims = 0
@@ -179,7 +175,6 @@ class Nscc:
                 self._fast_increase(acked, delay)
                 if not self._increase_mode:
                     self._inc_bytes += self.alpha * acked * (target - delay)
-            self.increases += 1
         elif delay >= target:
             self._multiplicative_decrease(now)
         if now - self._last_adjust >= self.adjust_period or self._received > self.adjust_bytes:
@@ -195,13 +190,11 @@ class Nscc:
         self.trims += 1
         if not self._quick_adapt(True, True, 0.0, inflight, now):
             self._shrink(size)
-        self.decreases += 1
 
     def on_rto(self, size: int) -> None:
         """A retransmission timeout declared `size` bytes lost (every path silent)."""
         self._shrink(size)
         self._ignored += size
-        self.decreases += 1
 
     def snapshot(self) -> dict:
         """The window and what moved it, for the endpoint's counters records."""
@@ -249,7 +242,6 @@ class Nscc:
                 self._ignored = 0
                 self._trigger_qa = False
                 self.quick_adapts += 1
-                self.decreases += 1
                 handled = True
             self._achieved = 0
             self._qa_end = now + (self.base_rtt or REFERENCE_RTT) + self.target
@@ -279,7 +271,6 @@ class Nscc:
             factor = max(1.0 - self.cfg.gamma * (avg - self.target) / avg, self.cfg.max_md_jump)
             self.cwnd *= factor
             self._last_dec = now
-            self.decreases += 1
             self.mds += 1
 
     def _fulfill(self, now: float) -> None:

@@ -506,17 +506,11 @@ class EndpointProcess:
         """Deny every EV with ev & mask == value on every connection, now and later ones: all
         or none (a connection that would keep fewer than min_active_evs refuses it)."""
         rule = _deny_rule(req)
-        denied: dict[int, list[int]] = {}
-        try:
-            for qp, conn in self.ep.connections.items():
-                denied[qp] = conn.sender.evs.deny(*rule, now)
-        except ValueError as exc:
-            for qp in denied:
-                self.ep.connections[qp].sender.evs.allow(*rule, now)
-            raise ValueError(f"{self.host}: {exc}") from None
+        conns = list(self.ep.connections.values())
+        denied = self._deny_on(conns, rule, now)
         if rule not in self.deny_rules:
             self.deny_rules.append(rule)
-        return {"ok": True, "denied": sum(len(v) for v in denied.values()), "qps": len(denied)}
+        return {"ok": True, "denied": denied, "qps": len(conns)}
 
     def _allow(self, req: dict, c: ControlConnection, now: float) -> dict:
         rule = _deny_rule(req)
@@ -525,10 +519,23 @@ class EndpointProcess:
         back = sum(len(conn.sender.evs.allow(*rule, now)) for conn in self.ep.connections.values())
         return {"ok": True, "allowed": back}
 
-    def _apply_denies(self, now: float) -> None:
-        for rule in self.deny_rules:
-            for conn in self.ep.connections.values():
-                conn.sender.evs.deny(*rule, now)
+    def _deny_on(self, conns: list, rule: tuple[int, int], now: float) -> int:
+        """`rule` on every connection of `conns` that has not got it, all or none; returns how
+        many EVs it denied. A refusal undoes it where it was just applied, and only there."""
+        applied = []
+        denied = 0
+        try:
+            for conn in conns:
+                evs = conn.sender.evs
+                if rule in evs.deny_rules:
+                    continue
+                denied += len(evs.deny(*rule, now))
+                applied.append(evs)
+        except ValueError as exc:
+            for evs in applied:
+                evs.allow(*rule, now)
+            raise ValueError(f"{self.host}: {exc}") from None
+        return denied
 
     def _job(self, req: dict) -> Job:
         job = self.jobs.get(req.get("job"))  # type: ignore[arg-type]
@@ -547,6 +554,13 @@ class EndpointProcess:
             raise ValueError("workload: required")
         tcfg = job_transport_config(self.cfg, req)
         job = Job(job_id, req["workload"], self.host, self.hosts, self.ep, tcfg, self._emit, now)
+        try:  # the deny rules in force hold for the job's connections too, or it does not start
+            for rule in self.deny_rules:
+                self._deny_on(list(job.conns.values()), rule, now)
+        except ValueError:
+            for conn in job.conns.values():
+                self.ep.connections.pop(conn.local_qp, None)
+            raise
         self.jobs[job_id] = job
         for qp in job.peer_of_qp:
             self.job_of_qp[qp] = job
@@ -573,7 +587,6 @@ class EndpointProcess:
             if job.done:
                 self._job_done(job, now)
         self.metrics.flush()
-        self._apply_denies(now)  # rules given before this job's connections existed
         return {"ok": True, "job": job_id, "peers": list(job.conns), "t": now}
 
     def _emit(self, record: dict) -> None:

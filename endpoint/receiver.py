@@ -81,12 +81,12 @@ class Receiver:
         # whole failure. Single-path (RC) replies on the data's own EV.
         # The data arrives on the *peer's* EVs (each side of a connection may have its own base,
         # TransportConfig.for_connection): paired and single-path replies leave on those, spray
-        # replies on this side's own. `reply_base` is EV index 0 of the replies, for their plane.
+        # replies on this side's own. `reply_planes`: the plane of each EV a reply may take.
         self._spray_replies = cfg.reply_ev == "spray" and not self.go_back_n
         peer = cfg if peer_ev_base is None else replace(cfg, ev_base=peer_ev_base, ev_seed=None)
         self._pairs = {} if self.go_back_n or self._spray_replies else peer.reply_pairs()
         self._reply_evs = cfg.ev_values()
-        self.reply_base = cfg.ev_base if self._spray_replies else peer.ev_base
+        self.reply_planes = (cfg if self._spray_replies else peer).ev_planes()
         self._reply_next = 0
         self._trimmed_dscp = cfg.trimmed_dscp  # the fabric's: a switch re-marked the packet
         self._tos_control = cfg.tos_control

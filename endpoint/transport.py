@@ -81,11 +81,10 @@ class Connection:
 
     def poll_transmit(self, now: float, out: list[Transmit], limit: int | None = None) -> int:
         """Append this QP's packets to `out`; returns how many were data (at most `limit`)."""
-        plane_of = self.cfg.ev_plane
-        base = self.receiver.reply_base
+        planes = self.receiver.reply_planes
         for ev, payload, tos in self._ctrl:
             # Replies leave on the EV they answer; its plane follows from the EV index.
-            out.append(Transmit(self.peer, plane_of(ev, base), ev, payload, tos, self.local_qp))
+            out.append(Transmit(self.peer, planes.get(ev, 0), ev, payload, tos, self.local_qp))
         self._ctrl.clear()
         tuples: list = []
         sent = self.sender.poll_transmit(now, tuples, limit)

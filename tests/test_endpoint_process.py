@@ -735,6 +735,13 @@ def test_a_deny_mask_keeps_a_transfer_off_its_evs_and_says_so(loopback):
     event stream records each EV's change with reason `deny`, and bad rules are refused."""
     lb = loopback(["a", "b"])
     co = lb.coordinator()
+    # A rule in force that a new job's connections cannot take (it denies every EV): the job
+    # does not start, and nothing of it is left.
+    assert co.deny(0x0, 0x0, ["a"])["a"]["ok"]
+    with pytest.raises(ControlError, match="min_active_evs"):
+        co.start(9, {"workload": {"kind": "bulk", "src": "a", "dst": "b", "bytes": 1000}}, ["a"])
+    assert co.stats()["a"]["jobs"] == {}
+    assert co.allow(0x0, 0x0, ["a"])["a"]["ok"]
     assert co.deny(0x3, 0x1, ["a"])["a"]["ok"]
     with ControlClient(str(lb.sock("a"))) as c:
         with pytest.raises(ControlError, match="value: 0x4 has bits outside mask 0x3"):

@@ -276,13 +276,13 @@ def test_generated_evs_carry_plane_and_path_and_are_not_drawn_per_connection() -
     base = cfg.ev_base
     assert [(ev - base) & 1 for ev in evs] == [0, 1] * 4  # plane in the low bit
     assert [(ev - base) >> 1 for ev in evs] == [0, 0, 1, 1, 2, 2, 3, 3]  # then the path
-    assert [cfg.ev_plane(ev, base) for ev in evs] == [i % 2 for i in range(8)]
+    assert [cfg.ev_planes()[ev] for ev in evs] == [i % 2 for i in range(8)]
     assert cfg.for_connection("h1", "h2", 7).ev_base == base  # the EV is the route: no draw
     auto = TransportConfig(planes=2, num_evs=8, ev_seed=3)
     assert auto.ev_values() == list(range(auto.ev_base, auto.ev_base + 8))
     assert auto.for_connection("h1", "h2", 7).ev_base != auto.ev_base
     three = TransportConfig(ev_profile="generated", planes=3, num_evs=9)
-    assert [three.ev_plane(ev, three.ev_base) for ev in three.ev_values()] == [0, 1, 2] * 3
+    assert [three.ev_planes()[ev] for ev in three.ev_values()] == [0, 1, 2] * 3
 
 
 def test_a_generated_ev_base_must_be_aligned_and_the_profile_known() -> None:
@@ -304,7 +304,7 @@ def test_explicit_evs_are_the_given_ports_and_carry_a_transfer() -> None:
     evs = [50000, 50013, 50026, 50039, 50052, 50065]
     cfg = TransportConfig(ev_profile="explicit", explicit_evs=evs, planes=2)
     assert cfg.num_evs == 6 and cfg.ev_values() == evs
-    assert [cfg.ev_plane(e, cfg.ev_base) for e in evs] == [0, 1] * 3
+    assert [cfg.ev_planes()[e] for e in evs] == [0, 1] * 3
     assert cfg.for_connection("a", "b", 1).ev_values() == evs  # no per-connection draw
     with pytest.raises(ValueError, match="explicit_evs"):
         TransportConfig(ev_profile="explicit", explicit_evs=[7, 7])
