@@ -31,7 +31,7 @@ MAX_DILATION = 100_000.0
 
 def check_dilation(n: object, key: str = "time_dilation") -> float:
     """`n` as a dilation factor, or ValueError naming `key`: a finite number in [1, MAX]."""
-    if isinstance(n, bool) or not isinstance(n, int | float) or not math.isfinite(n):
+    if isinstance(n, bool) or not isinstance(n, (int, float)) or not math.isfinite(n):
         raise ValueError(f"{key}: expected a number >= 1, got {n!r}")
     if not 1.0 <= n <= MAX_DILATION:
         raise ValueError(f"{key}: must be between 1 and {MAX_DILATION:g}, got {n!r}")

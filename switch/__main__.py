@@ -16,7 +16,8 @@ import sys
 from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
-from switch import loop
+from contracts.clock import virtual_clock
+from switch import local_links, loop
 from switch.config import SwitchConfig
 from switch.control import ControlServer
 from switch.dataplane import Switch
@@ -86,13 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.netns is not None and len(args.netns) != len(args.config):
         ap.error(f"{len(args.config)} --config but {len(args.netns)} --netns")
     if args.netns:
-        # Imported only here: pyroute2 costs ~0.15 s of start-up, which a switch that stays in
-        # its own namespace (the default, one per node) does not need.
-        try:
-            from switch.netns import Netns
-        except ImportError as exc:
-            print(f"switch: --netns needs pyroute2: {exc}", file=sys.stderr)
-            return 2
+        from switch.netns import Netns  # only a switch that serves other namespaces needs it
     members = []
     try:
         for i, path in enumerate(args.config):
@@ -123,14 +118,21 @@ def main(argv: list[str] | None = None) -> int:
         if args.die_with_parent:
             _die_with_parent()
         signal.signal(signal.SIGINT, stop)
+        delivered = None
+        if len(members) > 1 and local_links.enabled():
+            switches = [sw for sw, _ in members]
+            delivered = local_links.link(switches, virtual_clock(switches[0].dilation))
         plugged = os.environ.get(TRIM_DECISION_ENV)
         note = f", trimming decision from {plugged}" if plugged else ""
         shared = f" (one process for {len(members)} switches)" if len(members) > 1 else ""
         for sw, _ in members:
+            wired = len(local_links.wired_ports(sw))
+            mem = f", {wired} of them wired in memory" if wired else ""
             print(
-                f"switch {sw.name}: forwarding on {len(sw.ports)} ports{note}{shared}", flush=True
+                f"switch {sw.name}: forwarding on {len(sw.ports)} ports{mem}{note}{shared}",
+                flush=True,
             )
-        loop.run(members)
+        loop.run(members, delivered)
     finally:
         for _, control in members:
             control.close()

@@ -32,6 +32,7 @@ from switch.port import Port
 
 BURST = 64  # frames from one ring before the next ring's turn: no port starves another
 LATE_SAMPLES = 4096
+SCAN_MAX = 8  # rings a due timer looks into directly; more, and it asks epoll which are ready
 
 
 def _record_late(switches: list[Switch], late_us: float) -> None:
@@ -41,9 +42,18 @@ def _record_late(switches: list[Switch], late_us: float) -> None:
         sw.late_us.append(late_us)
 
 
-def run(members: list[tuple[Switch, ControlServer | None]]) -> None:
+def run(
+    members: list[tuple[Switch, ControlServer | None]], delivered: list[int] | None = None
+) -> None:
     """Forward for every switch in `members` until one of them is told to stop (or loses every
-    port: the fabric was torn down around it)."""
+    port: the fabric was torn down around it).
+
+    `delivered`: the counter of switch/local_links.py's in-memory wires, if the switches were
+    wired to each other; a frame such a wire delivers during the pass over the egress timers
+    may give a port already passed a departure that is due, so the pass is repeated until no
+    wire delivered anything (each repetition only serves what is due: it ends).
+    """
+    delivered = delivered if delivered is not None else [0]
     switches = [sw for sw, _ in members]
     entries: dict[int, tuple] = {}  # ring fd -> (switch, port, ring)
     for sw in switches:
@@ -53,6 +63,13 @@ def run(members: list[tuple[Switch, ControlServer | None]]) -> None:
     controls = {ctl.fileno(): (ctl, sw) for sw, ctl in members if ctl is not None}
     rings = [e[2] for e in entries.values()]
     ports: list[Port] = [p for sw in switches for p in sw.ports]
+    active: set[Port] = set()  # one set of busy ports for every switch of the loop
+    for sw in switches:
+        active |= sw.active
+        sw.active = active
+    for seq, p in enumerate(ports):
+        p.active = active
+        p.seq = seq
     poller = select.epoll()
     for fd in [*entries, *controls]:
         poller.register(fd, select.EPOLLIN)
@@ -62,9 +79,12 @@ def run(members: list[tuple[Switch, ControlServer | None]]) -> None:
     dilation = switches[0].dilation if switches else 1.0
     monotonic = virtual_clock(dilation)
     wait = select.select
-    service = Switch._service
+    service = Switch.service_active
     deadline: float | None = None
-    everything = list(entries)  # when a timer is due: every ring once, without asking
+    # When a timer is due: every ring once, without asking epoll -- for a few rings; past
+    # SCAN_MAX, asking (one syscall) costs less than looking into each ring.
+    everything = list(entries)
+    scan = len(everything) <= SCAN_MAX
     while all(sw.running for sw in switches):
         now = monotonic()
         timeout = 1.0 if deadline is None else max(0.0, (deadline - now) * dilation)
@@ -78,7 +98,7 @@ def run(members: list[tuple[Switch, ControlServer | None]]) -> None:
                 if deadline is not None:
                     _record_late(switches, (monotonic() - deadline) * 1e6)
         else:
-            readable = everything  # a timer is due: look at every ring once
+            readable = everything if scan else [fd for fd, _ in ready(0)]
             if deadline is not None:  # work kept the loop busy past it
                 _record_late(switches, (now - deadline) * 1e6)
         for sw in switches:
@@ -102,7 +122,12 @@ def run(members: list[tuple[Switch, ControlServer | None]]) -> None:
                     ctl = controls.get(fd)
                     if ctl is not None:
                         ctl[0].serve(ctl[1])
-            deadline = service(ports, monotonic())
+            now = monotonic()
+            before = delivered[0]
+            deadline = service(active, now)
+            while delivered[0] != before:
+                before = delivered[0]
+                deadline = service(active, now)
             for io in rings:
                 if io.tx_pending:
                     io.flush()  # one syscall hands the port's whole burst to the kernel

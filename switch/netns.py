@@ -3,24 +3,37 @@
 Why: a switch process that serves several switch nodes (`python -m switch` with more than one
 `--config`) opens each node's AF_PACKET sockets inside that node's namespace. A socket stays in
 the namespace it was created in, so the process enters each namespace only to create sockets
-(and to look an interface up by name) and returns at once. CPython gained `os.setns` only in
-3.12 and Debian 12 ships 3.11, so the system call comes from pyroute2 (`pyroute2.netns.setns`,
-which also takes an open descriptor: Mininet's nodes are anonymous namespaces, reachable only as
-/proc/PID/ns/net). setns moves the calling thread alone, so other threads are not disturbed.
+(and to look an interface up by name) and returns at once. The namespace is given as an open
+descriptor: Mininet's nodes are anonymous namespaces, reachable only as /proc/PID/ns/net.
+setns moves the calling thread alone, so other threads are not disturbed. CPython gained
+`os.setns` only in 3.12 (Debian 12 ships 3.11) and PyPy 3.9 has none, so where `os` lacks it
+the system call comes from the C library through ctypes: no dependency, and the switch runs
+on either interpreter (`TESTBED_SWITCH_PYTHON`, docs/performance.md).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from pyroute2.netns import setns
+CLONE_NEWNET = 0x40000000
+
+
+def _libc_setns(fd: int, nstype: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, nstype) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+_SETNS = getattr(os, "setns", None) or _libc_setns
 
 
 def _setns(fd: int) -> None:
-    # flags=0: never create a namespace; an open descriptor is used as it is (OSError on failure).
-    setns(fd, flags=0)
+    # CLONE_NEWNET: the descriptor must be a network namespace (OSError otherwise).
+    _SETNS(fd, CLONE_NEWNET)
 
 
 class Netns:

@@ -90,7 +90,7 @@ class Port:
         "index", "name", "mac", "peer_mac", "nominal_rate_mbps", "nominal_delay_us", "queue",
         "transmit", "rng", "counters", "up", "blackhole", "loss", "rx_up", "rx_blackhole",
         "rx_loss", "busy_until", "inflight", "rate_mbps", "sec_per_byte", "delay_s", "rx_clean",
-        "direct", "early", "catch_up",
+        "direct", "early", "catch_up", "active", "seq",
     )  # fmt: skip
 
     def __init__(
@@ -132,6 +132,11 @@ class Port:
         self.direct = True
         self.early = EARLY_S  # virtual seconds; Switch sets them from its dilation
         self.catch_up = CATCH_UP_S
+        # The ports with a frame queued or in flight, shared by every port the event loop
+        # serves: a port joins when it takes on work (`offer`), the loop drops it once idle,
+        # and so a pass over the egress timers visits busy ports only.
+        self.active: set[Port] = set()
+        self.seq = index  # its place in the loop's order of service (switch/loop.py sets it)
         self.refresh()
 
     def refresh(self) -> None:
@@ -185,6 +190,8 @@ class Port:
                 verdict = q.enqueue(frame)
                 if verdict is not ENQUEUED and verdict is not TRIMMED:
                     self.counters.drop(verdict)
+                else:
+                    self.active.add(self)
                 return
             # Idle link: the frame starts serialising at once (an empty queue admits it and
             # marks nothing); it leaves now if its serialisation ends within `early`.
@@ -195,6 +202,7 @@ class Port:
                 if type(frame) is not bytearray:
                     frame = bytearray(frame)
                 self.inflight.append((busy + delay, frame))
+                self.active.add(self)
                 return
         # On the wire now (inline copy of _wire's common case: no gray failure).
         if self.blackhole or self.loss:

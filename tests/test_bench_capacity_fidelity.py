@@ -70,6 +70,18 @@ def test_hops_and_cpu_per_hop():
     assert cap.switch_cpu_us_per_hop({}) is None
 
 
+def test_a_shared_switch_process_is_counted_once():
+    """Switches of one process all report that process's CPU: summing them would count it
+    once per switch."""
+    shared = {
+        "leaf1": {"cpu_s": 0.6, "pid": 42, "ports": {"a": {"tx_packets": 1000}}},
+        "spine1": {"cpu_s": 0.6, "pid": 42, "ports": {"c": {"tx_packets": 1000}}},
+        "leaf2": {"cpu_s": 0.2, "pid": 43, "ports": {"d": {"tx_packets": 1000}}},
+    }
+    assert cap.switch_cpu_s(shared) == 0.8
+    assert cap.switch_cpu_us_per_hop(shared) == round(0.8 / 3000 * 1e6, 2)
+
+
 def test_needed_dilation():
     assert cap.needed_dilation(20e6, 10e3) == 2000
     assert cap.needed_dilation(1e3, 10e3) == 1.0

@@ -154,6 +154,30 @@ def test_counters_are_per_switch_and_count_forwarding(fabric):
     assert delta(after, before, "leaf2", "leaf2-eth1", "tx_packets") < 5
 
 
+def veth_tx_packets(name: str, node: str, intf: str) -> int:
+    return int(sh(name, node, "cat", f"/sys/class/net/{intf}/statistics/tx_packets").stdout)
+
+
+def test_links_between_switches_are_wired_in_memory(fabric):
+    """switch/local_links.py: the shared process carries leaf <-> spine frames itself, so the
+    veths between switches stay silent while the switches count every frame on those ports;
+    host links still cross their veths."""
+    log = (RUN_ROOT / fabric / "switches" / "switches.log").read_text()
+    assert "switch leaf1: forwarding on 4 ports, 2 of them wired in memory" in log
+    assert "switch spine1: forwarding on 2 ports, 2 of them wired in memory" in log
+    up = [(f"leaf1-{e}") for e in ("eth2", "eth3")]
+    veth0 = {i: veth_tx_packets(fabric, "leaf1", i) for i in [*up, "leaf1-eth0"]}
+    before = counters(fabric)
+    out = sh(fabric, "h3", "ping", "-c5", "-i0.2", "-W2", "10.1.1.1").stdout  # h3 -> h1
+    assert "5 received" in out
+    after = counters(fabric)
+    veth1 = {i: veth_tx_packets(fabric, "leaf1", i) for i in veth0}
+    assert sum(delta(after, before, "leaf1", i, "tx_packets") for i in up) >= 5  # replies
+    assert all(veth1[i] == veth0[i] for i in up), (veth0, veth1)
+    assert delta(after, before, "leaf1", "leaf1-eth0", "tx_packets") >= 5  # requests, to h1
+    assert veth1["leaf1-eth0"] - veth0["leaf1-eth0"] >= 5
+
+
 def test_link_down_acts_on_its_two_switches_only(fabric):
     # With this seed a ping between the leaves crosses spine2, untouched by the failure below.
     assert predict_path(FAB, "h1", "h3", 0, 0, proto=1, seed=SEED)[2] == "spine2"

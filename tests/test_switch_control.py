@@ -276,6 +276,7 @@ def test_counters_op_returns_documented_keys(sw) -> None:
         "kernel_drops",
         "timer_late_us_p99",
         "cpu_s",
+        "pid",
     ):
         assert key in c, key
     assert set(c["ports"]) == {p.name for p in sw.ports}

@@ -603,6 +603,7 @@ def test_counters_shape() -> None:
         "kernel_drops",
         "timer_late_us_p99",
         "cpu_s",
+        "pid",
     ):
         assert key in c
     assert c["switch"] == "leaf1" and c["up"] is True

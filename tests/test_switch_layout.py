@@ -11,7 +11,14 @@ import pytest
 from testbed.cli import app as cli
 from testbed.fabric import lifecycle
 from testbed.fabric.state import RUN_ROOT
-from testbed.fabric.switch_layout import ENV, LAYOUTS, PER_NODE, SHARED, switch_layout
+from testbed.fabric.switch_layout import (
+    ENV,
+    LAYOUTS,
+    PER_NODE,
+    SHARED,
+    layout_for_run,
+    switch_layout,
+)
 from tests.conftest import ROOT, unique_name
 
 
@@ -130,3 +137,34 @@ def test_switch_refuses_netns_that_do_not_pair(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.splitlines()[-1] == "python -m switch: error: 1 --config but 2 --netns"
     assert not sock.exists()
+
+
+@pytest.mark.parametrize(
+    "choice,dilation,expected",
+    [("auto", 1.0, PER_NODE), ("auto", 5000.0, SHARED), ("per-node", 5000.0, PER_NODE),
+     ("shared", 1.0, SHARED)],
+)  # fmt: skip
+def test_a_scenario_run_takes_shared_under_dilation_unless_told(
+    monkeypatch, choice, dilation, expected
+):
+    monkeypatch.delenv(ENV, raising=False)
+    assert layout_for_run(choice, dilation) == expected
+
+
+def test_the_environment_overrides_a_scenario_run(monkeypatch):
+    monkeypatch.setenv(ENV, PER_NODE)
+    assert layout_for_run("auto", 5000.0) == PER_NODE
+    assert layout_for_run("shared", 5000.0) == PER_NODE
+
+
+def test_a_bad_switch_processes_in_a_scenario_is_one_line_naming_the_key():
+    import copy
+
+    from testbed.scenario import ScenarioError, validate
+    from tests.test_scenario_validation import BASE
+
+    good = copy.deepcopy(BASE) | {"emulation": {"switch_processes": "shared"}}
+    assert validate(good).emulation.switch_processes == "shared"
+    with pytest.raises(ScenarioError) as err:
+        validate(copy.deepcopy(BASE) | {"emulation": {"switch_processes": "one"}})
+    assert "emulation.switch_processes" in str(err.value) and "\n" not in str(err.value)

@@ -100,13 +100,22 @@ def hops_per_real_s(counters: dict, real_s: float) -> float | None:
     return fabric_hops(counters) / real_s if real_s and real_s > 0 else None
 
 
+def switch_cpu_s(counters: dict) -> float:
+    """The CPU seconds of the fabric's switch processes: each process once, however many
+    switches it serves (a shared process's switches all report its figure, with its pid)."""
+    by_process: dict[object, float] = {}
+    for name, sw in counters.items():
+        if isinstance(sw, dict):
+            by_process[sw.get("pid", name)] = sw.get("cpu_s", 0.0)
+    return sum(by_process.values())
+
+
 def switch_cpu_us_per_hop(counters: dict) -> float | None:
-    """Every switch's CPU seconds over the fabric's packet-hops, in µs. cpu_s covers a switch
-    process's whole life (start-up and idle polling too) and assumes one process per switch
-    node, the default layout: an upper bound on the per-hop cost."""
+    """The switch processes' CPU seconds over the fabric's packet-hops, in µs. cpu_s covers a
+    switch process's whole life (start-up and idle polling too): an upper bound on the per-hop
+    cost."""
     hops = fabric_hops(counters)
-    cpu = sum(sw.get("cpu_s", 0.0) for sw in counters.values() if isinstance(sw, dict))
-    return round(cpu / hops * 1e6, 2) if hops else None
+    return round(switch_cpu_s(counters) / hops * 1e6, 2) if hops else None
 
 
 def needed_dilation(demand_hops_per_s: float, budget_hops_per_s: float) -> float | None:

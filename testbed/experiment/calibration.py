@@ -2,8 +2,8 @@
 
 `testbed calibrate` (testbed.bench.calibrate) measures it on a small fabric and writes it here;
 `time_dilation: auto` reads it (testbed.experiment.dilation). A calibration is tied to the
-machine it was measured on: one from another CPU model or core count, another Python, or older
-than MAX_AGE_DAYS is stale and ignored (the fallback budget applies, and the run says so).
+machine it was measured on: one from another CPU model or core count, another Python, another
+emulator (EMULATOR), or older than MAX_AGE_DAYS is stale and ignored (the fallback budget applies, and the run says so).
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ from pathlib import Path
 CACHE_ENV = "TESTBED_CALIBRATION"
 DEFAULT_PATH = Path("/var/cache/mrc-testbed/calibration.json")
 MAX_AGE_DAYS = 30
+EMULATOR = 2
+"""What the emulator spends per packet-hop changed (2: dilated runs use one shared switch
+process with links wired in memory): a calibration of an older emulator is stale."""
 
 
 def cache_path() -> Path:
@@ -33,7 +36,12 @@ def machine() -> dict:
                 break
     except OSError:
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version()}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "emulator": EMULATOR,
+    }
 
 
 def save_budget(hops_per_s: float, detail: dict, path: Path | None = None) -> Path:

@@ -68,6 +68,7 @@ from testbed.fabric import client
 from testbed.fabric.cleanup import clean_fabric
 from testbed.fabric.lifecycle import tear_down
 from testbed.fabric.session import Fabric, new_name
+from testbed.fabric.switch_layout import layout_for_run
 from testbed.harness.driver import Driver, driver_for
 from testbed.harness.endpoint_driver import EndpointDriver
 from testbed.harness.kernel_baseline import BaselineError
@@ -315,7 +316,13 @@ def run_transport(
                    + (f" at time dilation {time_dilation:g}" if time_dilation != 1 else ""))  # fmt: skip
     driver: Driver | None = None
     try:
-        Fabric(sc.topology.params(), name=name, seed=sc.seed, time_dilation=time_dilation).up()
+        Fabric(
+            sc.topology.params(),
+            name=name,
+            seed=sc.seed,
+            time_dilation=time_dilation,
+            switch_processes=layout_for_run(sc.emulation.switch_processes, time_dilation),
+        ).up()
         driver = driver_for(name, sc, transport, workdir)  # reads the running fabric's state
         return _drive(name, sc, driver, workdir, progress, Clock(time_dilation))
     except (ControlError, OSError, client.ClientError, BaselineError) as exc:
@@ -505,7 +512,7 @@ def _run_all(
         sc, events=first.applied, transports=metrics, emulation=emulation, started=started
     )
     summary["provenance"] = provenance(sc)
-    summary["emulation"].update(_overall_verdict(results, dilation))
+    summary["emulation"].update(_overall_verdict(sc, results, dilation))
     if skipped:
         summary["skipped"] = skipped
     for t, r in results.items():
@@ -576,7 +583,9 @@ def _run_judged(
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _overall_verdict(results: dict[str, RunResult], dilation: DilationPlan) -> dict[str, Any]:
+def _overall_verdict(
+    sc: Scenario, results: dict[str, RunResult], dilation: DilationPlan
+) -> dict[str, Any]:
     """summary.json's `emulation` verdict over every transport's run."""
     reasons = [f"{t}: {why}" for t, r in results.items() for why in r.verdict.reasons]
     return {
@@ -584,6 +593,10 @@ def _overall_verdict(results: dict[str, RunResult], dilation: DilationPlan) -> d
         "invalid_reasons": reasons,
         "time_dilation": max(r.timing.time_dilation for r in results.values()),
         "time_dilation_mode": "auto" if dilation.auto else "given",
+        "switch_processes": {
+            t: layout_for_run(sc.emulation.switch_processes, r.timing.time_dilation)
+            for t, r in results.items()
+        },
         "budget_hops_per_s": round(dilation.budget_hops_per_s),
         "budget_source": dilation.budget_source,
         "demand_hops_per_s": round(dilation.demand_hops_per_s),

@@ -114,10 +114,13 @@ class EmulationSpec(StrictModel):
 
     `time_dilation`: real seconds per virtual second of every clock of the fabric
     (contracts.clock), a number >= 1 or `auto` (the smallest the machine's calibrated budget
-    predicts valid, raised and rerun when a run comes out invalid)."""
+    predicts valid, raised and rerun when a run comes out invalid). `switch_processes`: one
+    switch process per switch node or one for all (testbed.fabric.switch_layout); `auto` is
+    shared under time dilation, per-node in real time."""
 
     time_dilation: float | Literal["auto"] = "auto"
     max_reruns: int = Field(default=2, ge=0, le=5)  # auto: reruns at a higher N when invalid
+    switch_processes: Literal["auto", "per-node", "shared"] = "auto"
 
     @field_validator("time_dilation", mode="before")
     @classmethod
