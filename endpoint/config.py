@@ -46,6 +46,10 @@ def connection_ev_base(seed: int, src: Hashable, dst: Hashable, qp: int, num_evs
 
 
 EV_PROFILES = ("auto", "explicit", "generated")
+LB_POLICIES = ("wrr", "oblivious", "reps")
+"""How a connection spreads packets over its usable EVs (endpoint.ev): weighted round-robin
+(ECN and trims lower an EV's weight), oblivious (a random EV per packet, blind to feedback),
+REPS (recycle the EVs whose packets came back without ECN; explore at random otherwise)."""
 
 
 class Mode(str, Enum):
@@ -73,6 +77,9 @@ class TransportConfig:
     ev_profile: str = "auto"
     explicit_evs: tuple[int, ...] = ()
     min_active_evs: int = 1  # a deny mask that would leave fewer undenied EVs is refused
+    lb: str = "wrr"  # load-balancing policy, one of LB_POLICIES
+    reps_buffer: int = 8  # REPS: recycled EVs kept (its circular buffer)
+    reps_explore: int = 16  # REPS: random EVs sent after a freeze ends, before recycling again
     single_path_ev_index: int = 0  # which of the EVs single-path mode uses
     # Bytes of message per packet: a full packet fills the MTU (contracts.framing.mrc_payload:
     # 1420 B in 1514 B frames at 1500); the endpoint process sets it from its NICs' MTU.
@@ -157,6 +164,10 @@ class TransportConfig:
             raise ValueError(f"num_evs must be 1..256, got {self.num_evs}")
         if not 1 <= self.planes <= self.num_evs:
             raise ValueError(f"planes must be 1..num_evs, got {self.planes}")
+        if self.lb not in LB_POLICIES:
+            raise ValueError(f"lb: one of {', '.join(LB_POLICIES)}, got {self.lb!r}")
+        if not 1 <= self.reps_buffer <= 256:
+            raise ValueError(f"reps_buffer must be 1..256, got {self.reps_buffer}")
         if self.ev_profile not in EV_PROFILES:
             raise ValueError(
                 f"ev_profile: one of {', '.join(EV_PROFILES)}, got {self.ev_profile!r}"

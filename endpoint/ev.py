@@ -11,14 +11,30 @@ The sender never learns the path itself, only what happens to packets sent on th
   replaceable per process with ``TESTBED_EV_POLICY=/path/file.py``: Lab 4); the state changes
   and their bookkeeping stay here.
 
-Selection is weighted round-robin with credits, so a CONGESTED EV of weight w carries about
-w times the packets of a GOOD one, and consecutive packets land on different EVs (and, as EV i
-is on plane i % planes, on different planes).
+Selection follows the connection's load-balancing policy (`TransportConfig.lb`, MRC's
+"load balancing" choice, docs/transport.md):
+
+* `wrr` (the default): weighted round-robin with credits, so a CONGESTED EV of weight w
+  carries about w times the packets of a GOOD one, and consecutive packets land on different
+  EVs (and, as EV i is on plane i % planes, on different planes);
+* `oblivious`: a random usable EV per packet, blind to ECN and trims (oblivious packet
+  spraying, the baseline adaptive schemes are measured against);
+* `reps`: REPS (Recycled Entropy Packet Spraying, Bonato et al.; UET's load balancer). An EV
+  whose packet came back acknowledged without ECN is *recycled*: kept in a small circular
+  buffer, and the next packet takes the oldest one there. With nothing to recycle, a random
+  usable EV explores. ECN-marked or trimmed EVs are not recycled, so traffic drains from a
+  congested or slow path within a round trip. After a timeout REPS *freezes*: for one RTO it
+  reuses the EVs in its buffer without using them up, since after a failure they are the ones
+  known to work; then it forgets them and explores `reps_explore` packets at random.
+
+Whatever the policy, FAILED and DENIED EVs carry no data, and a resend avoids the EV it was
+lost on.
 """
 
 from __future__ import annotations
 
 import os
+import random
 from collections import deque
 from types import ModuleType
 
@@ -32,6 +48,7 @@ POLICY_FUNCTIONS = ("retire", "schedule_probe", "readmit")
 
 
 RECENT_ACKED = 8  # resends rotate over the EVs of this many latest ACKs
+RANDOM_TRIES = 8  # random draws before a random pick falls back to the round-robin one
 
 
 class EVSet:
@@ -56,6 +73,16 @@ class EVSet:
         self._failed: list[EVPath] = []
         self.fallback_picks = 0  # picks made from FAILED EVs because no other was left
         self.deny_rules: list[tuple[int, int]] = []  # (mask, value): EVs matching are DENIED
+        # Load balancing (module docstring). The random choices are seeded by the connection's
+        # EVs, so a run repeats them.
+        self.lb = cfg.lb
+        self._rng = random.Random(f"lb:{self.paths[0].ev}:{len(self.paths)}")
+        self.reps_buffer: deque[EVPath] = deque(maxlen=cfg.reps_buffer)  # recycled, oldest first
+        self.reps_frozen_until = float("-inf")
+        self.reps_frozen: list[EVPath] = []  # what a freeze cycles through
+        self._frozen_next = 0
+        self.reps_explore = 0  # random picks left before recycling resumes
+        self.lb_counts = {"recycled": 0, "explored": 0, "frozen": 0}
 
     # -- selection ---------------------------------------------------------------------------
 
@@ -78,6 +105,10 @@ class EVSet:
                     and p.ev != exclude
                 ):
                     return p
+        if self.lb != "wrr":
+            p = self._pick_reps(exclude) if self.lb == "reps" else self._pick_random(exclude)
+            if p is not None:
+                return p
         n = len(paths)
         best: EVPath | None = None
         for _ in range(n):
@@ -102,6 +133,60 @@ class EVSet:
         p = candidates[self._next_failed % len(candidates)]
         self._next_failed += 1
         return p
+
+    def _usable(self, p: EVPath, exclude: int | None) -> bool:
+        return p.state is not EVState.FAILED and p.state is not EVState.DENIED and p.ev != exclude
+
+    def _pick_random(self, exclude: int | None) -> EVPath | None:
+        """A random usable EV, or None (then round-robin decides: few or none are usable)."""
+        paths = self.paths
+        for _ in range(RANDOM_TRIES):
+            p = paths[self._rng.randrange(len(paths))]
+            if self._usable(p, exclude):
+                return p
+        return None
+
+    def _pick_reps(self, exclude: int | None) -> EVPath | None:
+        """REPS (module docstring): explore, reuse a frozen buffer, or recycle the oldest."""
+        if self.reps_explore > 0:
+            self.reps_explore -= 1
+            self.lb_counts["explored"] += 1
+            return self._pick_random(exclude)
+        frozen = self.reps_frozen
+        if frozen:
+            for _ in range(len(frozen)):
+                p = frozen[self._frozen_next % len(frozen)]
+                self._frozen_next += 1
+                if self._usable(p, exclude):
+                    self.lb_counts["frozen"] += 1
+                    return p
+        else:
+            buf = self.reps_buffer
+            while buf:
+                p = buf.popleft()
+                if self._usable(p, exclude):
+                    self.lb_counts["recycled"] += 1
+                    return p
+        self.lb_counts["explored"] += 1
+        return self._pick_random(exclude)
+
+    def on_timeout(self, now: float, duration: float) -> None:
+        """An RTO fired: REPS freezes for `duration` (module docstring)."""
+        if self.lb != "reps" or self.reps_frozen or self.reps_explore:
+            return
+        self.reps_frozen = list(self.reps_buffer)
+        self._frozen_next = 0
+        self.reps_frozen_until = now + duration
+
+    def _reps_feedback(self, p: EVPath, now: float, good: bool) -> None:
+        if self.reps_frozen and now >= self.reps_frozen_until:  # the freeze ends
+            self.reps_frozen = []
+            self.reps_buffer.clear()
+            self.reps_explore = self.cfg.reps_explore
+        if good:
+            self.reps_buffer.append(p)  # full: the oldest goes
+            if self.reps_frozen and p not in self.reps_frozen:
+                self.reps_frozen.append(p)
 
     def pick_resend(self, exclude: int | None = None) -> EVPath:
         """An EV for a packet already lost once: one of the EVs whose ACKs arrived last, in
@@ -134,12 +219,18 @@ class EVSet:
         p = self.by_ev.get(ev)
         if p is None or p.state is EVState.FAILED or p.state is EVState.DENIED:
             return
+        if self.lb == "reps":
+            self._reps_feedback(p, now, good=False)
         p.weight = max(self.cfg.weight_min, p.weight * self.cfg.ecn_weight_factor)
         self._set(p, EVState.CONGESTED, now, reason)
 
     def on_clean_ack(self, ev: int, now: float) -> None:
         p = self.by_ev.get(ev)
-        if p is None or p.state is not EVState.CONGESTED:
+        if p is None:
+            return
+        if self.lb == "reps" and p.state is not EVState.FAILED and p.state is not EVState.DENIED:
+            self._reps_feedback(p, now, good=True)
+        if p.state is not EVState.CONGESTED:
             return
         p.weight = min(1.0, p.weight + self.cfg.weight_recover)
         if p.weight >= 1.0:

@@ -354,6 +354,7 @@ class Recovery:
     def _on_rto(self, rto: float, snd_una: int, now: float) -> None:
         self.stats.counters["rto_fired"] += 1
         self.cc.on_rto(next(iter(self.inflight.values())).length)
+        self.evs.on_timeout(now, rto)
         if self.policy.single_path:
             self._rewind("rto", snd_una, now)
             return

@@ -251,3 +251,67 @@ def test_fidelity_table():
     assert "-1.7 / -7.0" in text and "87.7 / 87.0" in text
     assert "INVALID single-path at N=10000: CPU saturated (97%)" in text
     assert "+8.5" in text and "-3.2" in text and "(quick)" in text
+
+
+def test_slow_link_figures_split_the_flows_of_the_slow_links_leaf_from_the_others():
+    flows = [
+        {"src": "h1", "dst": "h5", "goodput_mbps": 6000.0},  # from leaf1
+        {"src": "h9", "dst": "h2", "goodput_mbps": 7000.0},  # to leaf1
+        {"src": "h5", "dst": "h9", "goodput_mbps": 8800.0},
+        {"src": "h6", "dst": "h13", "goodput_mbps": 8600.0},
+    ]
+    fig = fid.slow_link_figures(flows, {"h1", "h2", "h3", "h4"}, 10_000.0)
+    assert fig == {
+        "affected_flows": 2,
+        "affected_mean": 65.0,
+        "affected_min": 60.0,
+        "others_mean": 87.0,
+        "others_min": 86.0,
+    }
+
+
+def test_slow_link_scenario_degrades_one_link_from_the_start_for_each_policy():
+    from testbed.scenario import validate
+
+    for row, spec in fid.SLOW_LINK_ROWS.items():
+        sc = validate(fid.slow_link_scenario(1, 1_000_000, row))
+        assert sc.topology.forwarding == "source-routed"
+        assert sc.transports == [row] and sc.transport_spec(row).lb == spec["lb"]
+        (ev,) = sc.events
+        assert (ev.action, ev.at, tuple(ev.link), ev.mbps) == ("degrade", 0, fid.SLOW_LINK, 1000.0)
+
+
+def test_fidelity_table_with_only_the_slow_link_section():
+    d = {
+        "fabric": {**fid.FABRIC, **fid.LINKS},
+        "seeds": [1],
+        "permutation_bytes": 2_000_000,
+        "permutation": [],
+        "slow_link": {
+            "link": list(fid.SLOW_LINK),
+            "link_mbps": 1000.0,
+            "seed": 1,
+            "htsim": fid.HTSIM["slow-link"],
+            "rows": [
+                {
+                    "row": "mrc-reps",
+                    "measured": {
+                        "affected_flows": 8,
+                        "affected_mean": 67.1,
+                        "affected_min": 61.0,
+                        "others_mean": 87.2,
+                        "others_min": 86.9,
+                    },
+                    "validity": "valid",
+                    "runs": [_run()],
+                }
+            ],
+        },
+        "incast": None,
+        "results_dir": "/tmp/x",
+        "meta": {"quick": False, "seconds": 30.0},
+    }
+    text = fid.format_fidelity_table(d)
+    assert "slow link: leaf1-spine1 at 1 Gbps (10 %)" in text
+    assert "mrc-reps" in text and "67.1 / 61.0" in text and "58.2" in text
+    assert "permutation, per-flow" not in text and "incast" not in text

@@ -68,6 +68,12 @@ HTSIM = {
     "mrc-1ev": {"what": "NDP, one path", "mean": 53.5, "min": 11.5},
     "single-path": {"what": "NDP, one path", "mean": 53.5, "min": 11.5},
     "mrc-9000": {"what": "NDP spraying, MTU 9000 (one seed)", "mean": 98.1, "min": 97.9},
+    "slow-link": {
+        "what": "NDP spraying, leaf1-spine1 at 10 % speed (one seed)",
+        "affected_mean": 58.2,
+        "others_mean": 88.0,
+        "affected_share_pct": 69.0,
+    },
     "incast-8": {
         "what": "NDP with trimming, 8 x 1 MB",
         "last_us": 6764.0,
@@ -110,6 +116,18 @@ it changes, and how many of the seeds it runs (all if not said)."""
 INCAST_TOPOLOGY = SOURCE_ROUTED
 
 
+SLOW_LINK = ("leaf1", "spine1")
+SLOW_LINK_MBPS = 1000.0  # 10 % of the fabric's 10 Gbps
+SLOW_LINK_ROWS: dict[str, dict[str, Any]] = {
+    # One leaf-spine link at 10 % speed under each load-balancing policy of MRC (TransportConfig
+    # .lb), on the source-routed fabric with generated EVs, one seed as htsim's row.
+    "mrc-wrr": {"name": "mrc", "label": "mrc-wrr", "lb": "wrr"},
+    "mrc-oblivious": {"name": "mrc", "label": "mrc-oblivious", "lb": "oblivious"},
+    "mrc-reps": {"name": "mrc", "label": "mrc-reps", "lb": "reps"},
+}
+"""htsim's row sprays blindly (its NDP): `mrc-oblivious` is its counterpart."""
+
+
 def row_key(row: str) -> str:
     """What the runner calls the row's transport (its label, or its name)."""
     t = ROWS[row]["transport"]
@@ -140,6 +158,31 @@ def permutation_scenario(
         "duration_s": PERMUTATION_DURATION_S,
         "seed": seed,
         "emulation": dict(EMULATION),
+    }
+
+
+def slow_link_scenario(seed: int, nbytes: int, row: str) -> dict:
+    """The permutation with leaf1-spine1 (both directions) at 10 % speed from the start."""
+    sc = permutation_scenario(seed, nbytes, row="mrc")
+    sc["name"] = f"fidelity-slow-link-s{seed}"
+    sc["description"] = "bench fidelity: one slow leaf-spine link, per-flow utilisation"
+    sc["transport"] = [SLOW_LINK_ROWS[row]]
+    sc["events"] = [{"at": 0, "action": "degrade", "link": list(SLOW_LINK), "mbps": SLOW_LINK_MBPS}]
+    return sc
+
+
+def slow_link_figures(flows: list[dict], hosts_on_slow_leaf: set[str], link_mbps: float) -> dict:
+    """Mean per-flow utilisation of the flows that start or end on the slow link's leaf (the
+    affected ones: htsim's 8) and of the others."""
+    aff = [f for f in flows if f["src"] in hosts_on_slow_leaf or f["dst"] in hosts_on_slow_leaf]
+    rest = [f for f in flows if f not in aff]
+    ua, ur = flow_utilisation_pct(aff, link_mbps), flow_utilisation_pct(rest, link_mbps)
+    return {
+        "affected_flows": len(aff),
+        "affected_mean": round(statistics.fmean(ua), 1) if ua else None,
+        "affected_min": round(min(ua), 1) if ua else None,
+        "others_mean": round(statistics.fmean(ur), 1) if ur else None,
+        "others_min": round(min(ur), 1) if ur else None,
     }
 
 
@@ -278,12 +321,23 @@ def default_results_dir() -> Path:
     return Path("results") / f"bench-fidelity-{stamp}"
 
 
-def run_fidelity_bench(
-    quick: bool = False, time_dilation: float | str = "auto", out: Path | None = None
-) -> dict:
-    """The whole fidelity bench; returns the docs/design.md "Benchmark output"-shaped object.
+SECTIONS = ("permutation", "slow-link", "incast")
 
-    quick (CI): one seed, 1 MB flows and a 4 -> 1 incast, on the same 4x4x4 fabric."""
+
+def run_fidelity_bench(
+    quick: bool = False,
+    time_dilation: float | str = "auto",
+    out: Path | None = None,
+    only: str | None = None,
+) -> dict:
+    """The whole fidelity bench (or the section `only` names); returns the docs/design.md
+    "Benchmark output"-shaped object.
+
+    quick (CI): one seed, 1 MB flows and a 4 -> 1 incast, on the same 4x4x4 fabric, no slow
+    link."""
+    if only is not None and only not in SECTIONS:
+        raise BenchError(f"--only: one of {', '.join(SECTIONS)}, got {only!r}")
+    sections = (only,) if only else tuple(x for x in SECTIONS if not (quick and x == "slow-link"))
     if os.geteuid() != 0:
         raise BenchError("bench fidelity needs root (it creates network namespaces): use sudo")
     started = time.time()
@@ -291,6 +345,8 @@ def run_fidelity_bench(
     seeds = SEEDS[:1] if quick else SEEDS
     nbytes = QUICK_PERMUTATION_BYTES if quick else PERMUTATION_BYTES
     rows = [r for r in PERMUTATION_ROWS if not (quick and r == "mrc-9000")]
+    if "permutation" not in sections:
+        rows = []
     per_seed: dict[str, list[list[float]]] = {r: [] for r in rows}
     runs: dict[str, list[dict]] = {r: [] for r in (*rows, "incast")}
     for k, seed in enumerate(seeds):
@@ -321,24 +377,10 @@ def run_fidelity_bench(
                 "runs": runs[row],
             }
         )
-    senders = QUICK_INCAST_SENDERS if quick else INCAST_SENDERS
-    inc_sc = incast_scenario(n=senders)
-    entry, rec = _run_one(inc_sc, "mrc", out / f"incast{senders}-mrc", time_dilation)
-    fig = incast_figures(entry, senders, INCAST_BYTES, LINK_MBPS)
-    ref = HTSIM[f"incast-{senders}"]
-    incast = {
-        "senders": senders,
-        "bytes_each": INCAST_BYTES,
-        "htsim": ref,
-        "measured": fig,
-        "diff_points": {
-            "ideal_over_last_pct": diff_points(
-                fig["ideal_over_last_pct"], ref["ideal_over_last_pct"]
-            )
-        },
-        "validity": validity_cell([rec]),
-        "runs": [rec],
-    }
+    slow_link = (
+        _run_slow_link(seeds[0], nbytes, out, time_dilation) if "slow-link" in sections else None
+    )
+    incast = _run_incast(quick, out, time_dilation) if "incast" in sections else None
     return {
         "bench": "fidelity",
         "fabric": {**FABRIC, **LINKS},
@@ -346,6 +388,7 @@ def run_fidelity_bench(
         "seeds": list(seeds),
         "permutation_bytes": nbytes,
         "permutation": permutation,
+        "slow_link": slow_link,
         "incast": incast,
         "results_dir": str(out),
         "meta": bench_meta(
@@ -357,6 +400,45 @@ def run_fidelity_bench(
             quick=quick,
             time_dilation=time_dilation,
         ),
+    }
+
+
+def _run_slow_link(seed: int, nbytes: int, out: Path, time_dilation) -> dict:
+    """Each load-balancing policy once with leaf1-spine1 at 10 % speed."""
+    leaf_hosts = {f"h{i}" for i in range(1, FABRIC["hosts_per_leaf"] + 1)}  # leaf1's
+    rows = []
+    for row in SLOW_LINK_ROWS:
+        sc = slow_link_scenario(seed, nbytes, row)
+        entry, rec = _run_one(sc, row, out / f"slow-link-s{seed}-{row}", time_dilation)
+        fig = slow_link_figures(entry.get("flows", []), leaf_hosts, LINK_MBPS)
+        rows.append({"row": row, "measured": fig, "validity": validity_cell([rec]), "runs": [rec]})
+    return {
+        "link": list(SLOW_LINK),
+        "link_mbps": SLOW_LINK_MBPS,
+        "seed": seed,
+        "htsim": HTSIM["slow-link"],
+        "rows": rows,
+    }
+
+
+def _run_incast(quick: bool, out: Path, time_dilation) -> dict:
+    senders = QUICK_INCAST_SENDERS if quick else INCAST_SENDERS
+    inc_sc = incast_scenario(n=senders)
+    entry, rec = _run_one(inc_sc, "mrc", out / f"incast{senders}-mrc", time_dilation)
+    fig = incast_figures(entry, senders, INCAST_BYTES, LINK_MBPS)
+    ref = HTSIM[f"incast-{senders}"]
+    return {
+        "senders": senders,
+        "bytes_each": INCAST_BYTES,
+        "htsim": ref,
+        "measured": fig,
+        "diff_points": {
+            "ideal_over_last_pct": diff_points(
+                fig["ideal_over_last_pct"], ref["ideal_over_last_pct"]
+            )
+        },
+        "validity": validity_cell([rec]),
+        "runs": [rec],
     }
 
 
@@ -377,6 +459,31 @@ def _runs_cell(runs: list[dict]) -> str:
     return f"N={','.join(f'{n:g}' for n in ns)}  wall {wall:.0f} s ({len(runs)} run(s))"
 
 
+def _permutation_lines(rows: list[dict]) -> list[str]:
+    lines = [
+        "",
+        "permutation, per-flow utilisation % (mean over seeds / lowest flow); ceiling: MRC's",
+        "payload over data + ACK frame on a host's link (htsim's NDP: 88.6 at 1500, 97.9 at 9000)",
+        f"  {'row':12} {'measured':>13} {'htsim':>13} {'diff points':>13} {'ceiling':>7}  "
+        f"{'validity':14} runs",
+    ]
+    for r in rows:
+        ref = r["htsim"]
+        href = f"{ref['mean']:.1f} / {ref['min']:.1f}"
+        m, dp = r["measured"], r["diff_points"]
+        lines.append(
+            f"  {r['row']:12} {_f(m['mean']):>6} / {_f(m['min']):<4} {href:>13} "
+            f"{_signed(dp['mean']):>6} / {_signed(dp['min']):<5} {r['ceiling_pct']:>7.1f}  "
+            f"{r['validity']:14} {_runs_cell(r['runs'])}"
+        )
+    return lines + [
+        "  rows: mrc = generated EVs on a source-routed fabric; mrc-16ev = 16 EVs hashed (ECMP);",
+        "  mrc-1ev = mrc on one hashed EV (recovers from trims as NDP does);",
+        "  single-path = the RoCE-like baseline on one hashed path (go-back-N, RC timeout);",
+        "  mrc-9000 = mrc at MTU 9000, 72 kB queues (8 frames)",
+    ]
+
+
 def format_fidelity_table(d: dict) -> str:
     """The human-readable form of a run_fidelity_bench() result."""
     fab = d["fabric"]
@@ -386,48 +493,55 @@ def format_fidelity_table(d: dict) -> str:
         f"links, {fab['queue_kb']} kB queues; seeds {d['seeds']}; "
         f"{d['permutation_bytes'] / 1e6:g} MB per flow"
         + (" (quick)" if d["meta"]["quick"] else ""),
-        "",
-        "permutation, per-flow utilisation % (mean over seeds / lowest flow); ceiling: MRC's",
-        "payload over data + ACK frame on a host's link (htsim's NDP: 88.6 at 1500, 97.9 at 9000)",
-        f"  {'row':12} {'measured':>13} {'htsim':>13} {'diff points':>13} {'ceiling':>7}  "
-        f"{'validity':14} runs",
     ]
-    for r in d["permutation"]:
-        ref = r["htsim"]
-        href = f"{ref['mean']:.1f} / {ref['min']:.1f}"
-        m, dp = r["measured"], r["diff_points"]
-        lines.append(
-            f"  {r['row']:12} {_f(m['mean']):>6} / {_f(m['min']):<4} {href:>13} "
-            f"{_signed(dp['mean']):>6} / {_signed(dp['min']):<5} {r['ceiling_pct']:>7.1f}  "
-            f"{r['validity']:14} {_runs_cell(r['runs'])}"
-        )
-    lines += [
-        "  rows: mrc = generated EVs on a source-routed fabric; mrc-16ev = 16 EVs hashed (ECMP);",
-        "  mrc-1ev = mrc on one hashed EV (recovers from trims as NDP does);",
-        "  single-path = the RoCE-like baseline on one hashed path (go-back-N, RC timeout);",
-        "  mrc-9000 = mrc at MTU 9000, 72 kB queues (8 frames)",
-    ]
-    inc = d["incast"]
-    m, ref = inc["measured"], inc["htsim"]
-    lines += [
-        "",
-        f"incast {inc['senders']} -> 1, {inc['bytes_each'] / 1e6:g} MB each, trimming",
-        f"  {'':12} {'last done µs':>12} {'ideal µs':>9} {'ideal/last %':>12} {'RTOs':>5} "
-        f"{'retransmits':>11}",
-        f"  {'measured':12} {_f(m['last_us']):>12} {_f(m['ideal_us']):>9} "
-        f"{_f(m['ideal_over_last_pct']):>12} {m['rto']:>5} {m['retransmits_total']:>11}"
-        f"  {inc['validity']}  {_runs_cell(inc['runs'])}"
-        + ("" if m["all_done"] else "  NOT ALL FLOWS DONE"),
-        f"  {'htsim':12} {ref['last_us']:>12.1f} {ref['ideal_us']:>9.1f} "
-        f"{ref['ideal_over_last_pct']:>12.1f} {ref['timeouts']:>5} {ref['retransmits']:>11}",
-        f"  {'diff points':12} {'':>12} {'':>9} "
-        f"{_signed(inc['diff_points']['ideal_over_last_pct']):>12}",
-        "",
-        f"results: {d['results_dir']}   ({d['meta']['seconds']:.0f} s in all)",
-    ]
-    invalid = [
-        (r["row"], run) for r in d["permutation"] for run in r.get("runs", []) if not run["valid"]
-    ] + [("incast", run) for run in inc["runs"] if not run["valid"]]
+    if d["permutation"]:
+        lines += _permutation_lines(d["permutation"])
+    sl = d.get("slow_link")
+    if sl:
+        ref = sl["htsim"]
+        lines += [
+            "",
+            f"slow link: {sl['link'][0]}-{sl['link'][1]} at {sl['link_mbps'] / 1000:g} Gbps (10 %), "
+            f"permutation, seed {sl['seed']}; per-flow utilisation %, mean / lowest",
+            f"  {'row':14} {'affected':>13} {'others':>13}  validity",
+        ]
+        for r in sl["rows"]:
+            m = r["measured"]
+            lines.append(
+                f"  {r['row']:14} {_f(m['affected_mean']):>6} / {_f(m['affected_min']):<4} "
+                f"{_f(m['others_mean']):>6} / {_f(m['others_min']):<4}  {r['validity']}  "
+                f"{_runs_cell(r['runs'])}"
+            )
+        lines += [
+            f"  {'htsim':14} {ref['affected_mean']:>6.1f}        {ref['others_mean']:>6.1f}"
+            f"         ({ref['what']}; the affected flows' share of what remains: "
+            f"~{ref['affected_share_pct']:g})",
+            "  affected = the flows that start or end on the slow link's leaf",
+        ]
+    inc = d.get("incast")
+    if inc:
+        m, ref = inc["measured"], inc["htsim"]
+        lines += [
+            "",
+            f"incast {inc['senders']} -> 1, {inc['bytes_each'] / 1e6:g} MB each, trimming",
+            f"  {'':12} {'last done µs':>12} {'ideal µs':>9} {'ideal/last %':>12} {'RTOs':>5} "
+            f"{'retransmits':>11}",
+            f"  {'measured':12} {_f(m['last_us']):>12} {_f(m['ideal_us']):>9} "
+            f"{_f(m['ideal_over_last_pct']):>12} {m['rto']:>5} {m['retransmits_total']:>11}"
+            f"  {inc['validity']}  {_runs_cell(inc['runs'])}"
+            + ("" if m["all_done"] else "  NOT ALL FLOWS DONE"),
+            f"  {'htsim':12} {ref['last_us']:>12.1f} {ref['ideal_us']:>9.1f} "
+            f"{ref['ideal_over_last_pct']:>12.1f} {ref['timeouts']:>5} {ref['retransmits']:>11}",
+            f"  {'diff points':12} {'':>12} {'':>9} "
+            f"{_signed(inc['diff_points']['ideal_over_last_pct']):>12}",
+        ]
+    lines += ["", f"results: {d['results_dir']}   ({d['meta']['seconds']:.0f} s in all)"]
+    invalid = (
+        [(r["row"], run) for r in d["permutation"] for run in r.get("runs", [])]
+        + [(r["row"], run) for r in (sl or {}).get("rows", []) for run in r["runs"]]
+        + [("incast", run) for run in (inc or {}).get("runs", [])]
+    )
+    invalid = [(row, run) for row, run in invalid if not run["valid"]]
     for row, run in invalid:
         lines.append(
             f"  INVALID {row} at N={run['time_dilation']:g}: " + "; ".join(run["invalid_reasons"])

@@ -237,6 +237,11 @@ def _bench_and_lab_commands(sub) -> None:
     be.add_argument(
         "--out", help="capacity, fidelity: results folder (default results/bench-WHAT-TIMESTAMP)"
     )
+    be.add_argument(
+        "--only",
+        choices=["permutation", "slow-link", "incast"],
+        help="fidelity: run one section of the bench",
+    )
     be.set_defaults(func=cmd_bench)
 
     lab = sub.add_parser("lab", help="teaching labs: list them, grade your code")

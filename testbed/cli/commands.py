@@ -359,6 +359,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     dilation = _dilation_arg(args)
     if dilation is not None and args.what not in SCENARIO_BENCHES:
         raise CliError(f"--time-dilation: bench {args.what} runs in real time only")
+    only = getattr(args, "only", None)
+    if only is not None and args.what != "fidelity":
+        raise CliError(f"--only: bench {args.what} has no sections (fidelity has)")
     if args.what == "ecmp":  # pure computation: no fabric, no root
         result = ecmp_bench.run_ecmp_bench(quick=args.quick)
         print(json.dumps(result, indent=1) if args.json else ecmp_bench.format_ecmp_table(result))
@@ -366,11 +369,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     need_root("testbed bench")
     if args.what in SCENARIO_BENCHES:
         run, table = SCENARIO_BENCHES[args.what]
+        extra = {"only": only} if only is not None else {}
         try:
             result = run(
                 quick=args.quick,
                 time_dilation=dilation or "auto",
                 out=Path(args.out) if args.out else None,
+                **extra,
             )
         except endpoint_bench.BenchError as exc:
             raise CliError(str(exc)) from None

@@ -342,6 +342,8 @@ class TransportSpec(StrictModel):
     explicit_evs: list[Annotated[int, Field(ge=1, le=65535)]] | None = Field(
         default=None, min_length=1, max_length=256
     )
+    # How packets spread over the EVs (endpoint.config.LB_POLICIES): wrr, oblivious, reps.
+    lb: Literal["wrr", "oblivious", "reps"] | None = None
     cc: CcSpec | None = None
 
     @model_validator(mode="after")
@@ -364,6 +366,8 @@ class TransportSpec(StrictModel):
             out["ev_profile"] = self.ev_profile
         if self.explicit_evs is not None:
             out["explicit_evs"] = list(self.explicit_evs)
+        if self.lb is not None:
+            out["lb"] = self.lb
         if self.cc is not None:
             out.update(self.cc.transport_config())
         return out
