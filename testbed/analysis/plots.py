@@ -14,6 +14,7 @@ labelled with what happened; axes say their unit; nothing is drawn that the data
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -206,6 +207,65 @@ def plot_ev_share(
     )
     fig.tight_layout()
     return _finish(fig, path)
+
+
+def plot_path_share(
+    shares: Mapping[str, Mapping[str, Mapping[str, Mapping[str, float]]]],
+    path: str | Path,
+    *,
+    band_pct: float = 5.0,
+    title: str = "Traffic share per path",
+) -> Path:
+    """Each leaf's uplinks (top) and downlinks (bottom): the share of its bytes each spine
+    carried, per transport (testbed.analysis.path_share), against the equal share and a
+    +-`band_pct` % band around it.
+
+    shares: transport -> {"uplinks"|"downlinks": {leaf: {spine: share}}}. Why bars per link:
+    an unequal spread is a few links far off, which a mean hides.
+    """
+    plt = _pyplot()
+    fig, axes = plt.subplots(2, 1, figsize=(11, 6.4), sharey=True)
+    names = list(shares)
+    width = 0.8 / max(len(names), 1)
+    for ax, direction in zip(axes, ("uplinks", "downlinks"), strict=True):
+        links = sorted(
+            {(leaf, spine) for s in shares.values() for leaf, per in s.get(direction, {}).items()
+             for spine in per},
+            key=lambda k: (_natural(k[0]), _natural(k[1])),
+        )  # fmt: skip
+        spines_per_leaf = {
+            leaf: len(per) for s in shares.values() for leaf, per in s.get(direction, {}).items()
+        }
+        equal = {leaf: 100.0 / n for leaf, n in spines_per_leaf.items()}
+        for i, name in enumerate(names):
+            per_leaf = shares[name].get(direction, {})
+            ys = [100.0 * per_leaf.get(leaf, {}).get(spine, math.nan) for leaf, spine in links]
+            xs = [x + (i - (len(names) - 1) / 2) * width for x in range(len(links))]
+            ax.bar(xs, ys, width, color=colour(name, i), label=name)
+        for x, (leaf, _spine) in enumerate(links):
+            e = equal[leaf]
+            ax.fill_between([x - 0.45, x + 0.45], e * (1 - band_pct / 100), e * (1 + band_pct / 100),
+                            color="black", alpha=0.12, linewidth=0)  # fmt: skip
+            ax.plot([x - 0.45, x + 0.45], [e, e], color="black", linewidth=0.8)
+        ax.set_xticks(range(len(links)))
+        sep = "->" if direction == "uplinks" else "<-"
+        ax.set_xticklabels([f"{leaf}{sep}{spine}" for leaf, spine in links], rotation=60,
+                           ha="right", fontsize=7)  # fmt: skip
+        ax.set_ylabel("share of the leaf's bytes (%)")
+        what = "sent up each uplink" if direction == "uplinks" else "received from each spine"
+        ax.set_title(f"{title}: {what} (band: equal share +-{band_pct:g} %)", fontsize=10)
+        ax.grid(alpha=0.3, axis="y")
+    top = max((100.0 * v for s in shares.values() for d in s.values() for per in d.values()
+               for v in per.values()), default=50.0)  # fmt: skip
+    axes[0].set_ylim(0, top * 1.25)
+    axes[0].legend(fontsize=8, loc="upper right")
+    fig.tight_layout()
+    return _finish(fig, path)
+
+
+def _natural(name: str) -> tuple:
+    """leaf10 after leaf9."""
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
 
 
 def plot_step_cdf(

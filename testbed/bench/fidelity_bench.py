@@ -36,6 +36,7 @@ from typing import Any
 
 from contracts.framing import DEFAULT_MTU, FRAME_OVERHEAD, max_frame_bytes, mrc_payload
 from endpoint.codec import ACK_LEN
+from testbed.analysis.plots import plot_path_share
 from testbed.bench.endpoint_bench import BenchError, bench_meta
 from testbed.experiment.api import load
 from testbed.experiment.runner import Progress, run_scenario
@@ -348,6 +349,7 @@ def run_fidelity_bench(
     if "permutation" not in sections:
         rows = []
     per_seed: dict[str, list[list[float]]] = {r: [] for r in rows}
+    first_shares: dict[str, dict] = {}  # row -> its first seed's path shares, for the plot
     runs: dict[str, list[dict]] = {r: [] for r in (*rows, "incast")}
     for k, seed in enumerate(seeds):
         for row in rows:
@@ -358,6 +360,10 @@ def run_fidelity_bench(
             entry, rec = _run_one(sc, key, out / f"permutation-s{seed}-{row}", time_dilation)
             util = flow_utilisation_pct(entry.get("flows", []), LINK_MBPS)
             rec["flow_util_pct"] = [round(u, 1) for u in util]
+            share = entry.get("path_share") or {}
+            rec["path_share_max_dev_pct"] = share.get("max_deviation_pct")
+            if k == 0 and share.get("max_deviation_pct") is not None:
+                first_shares[row] = share
             per_seed[row].append(util)
             runs[row].append(rec)
     permutation = []
@@ -372,10 +378,24 @@ def run_fidelity_bench(
                 "measured": fig,
                 "diff_points": {k: diff_points(fig[k], ref[k]) for k in ("mean", "min")},
                 "ceiling_pct": round(permutation_ceiling_pct(mtu), 1),
+                # The worst path's departure from an equal share, worst over the seeds
+                # (testbed.analysis.path_share): how evenly the row used the fabric.
+                "path_share_max_dev_pct": _worst(
+                    r.get("path_share_max_dev_pct") for r in runs[row]
+                ),
                 "fabric": {**FABRIC, **LINKS, **ROWS[row]["topology"]},
                 "validity": validity_cell(runs[row]),
                 "runs": runs[row],
             }
+        )
+    path_share_plot = None
+    if first_shares:
+        path_share_plot = str(
+            plot_path_share(
+                first_shares,
+                out / "path_share.png",
+                title=f"fidelity permutation, seed {seeds[0]}",
+            )
         )
     slow_link = (
         _run_slow_link(seeds[0], nbytes, out, time_dilation) if "slow-link" in sections else None
@@ -388,6 +408,7 @@ def run_fidelity_bench(
         "seeds": list(seeds),
         "permutation_bytes": nbytes,
         "permutation": permutation,
+        "path_share_plot": path_share_plot,
         "slow_link": slow_link,
         "incast": incast,
         "results_dir": str(out),
@@ -401,6 +422,11 @@ def run_fidelity_bench(
             time_dilation=time_dilation,
         ),
     }
+
+
+def _worst(values) -> float | None:
+    vals = [v for v in values if v is not None]
+    return max(vals) if vals else None
 
 
 def _run_slow_link(seed: int, nbytes: int, out: Path, time_dilation) -> dict:
@@ -459,13 +485,17 @@ def _runs_cell(runs: list[dict]) -> str:
     return f"N={','.join(f'{n:g}' for n in ns)}  wall {wall:.0f} s ({len(runs)} run(s))"
 
 
+def _paths(dev: float | None) -> str:
+    return "-" if dev is None else f"±{dev:.0f}%" if dev >= 1 else f"±{dev:.1f}%"
+
+
 def _permutation_lines(rows: list[dict]) -> list[str]:
     lines = [
         "",
         "permutation, per-flow utilisation % (mean over seeds / lowest flow); ceiling: MRC's",
         "payload over data + ACK frame on a host's link (htsim's NDP: 88.6 at 1500, 97.9 at 9000)",
-        f"  {'row':12} {'measured':>13} {'htsim':>13} {'diff points':>13} {'ceiling':>7}  "
-        f"{'validity':14} runs",
+        f"  {'row':12} {'measured':>13} {'htsim':>13} {'diff points':>13} {'ceiling':>7} "
+        f"{'paths':>6}  {'validity':14} runs",
     ]
     for r in rows:
         ref = r["htsim"]
@@ -473,14 +503,17 @@ def _permutation_lines(rows: list[dict]) -> list[str]:
         m, dp = r["measured"], r["diff_points"]
         lines.append(
             f"  {r['row']:12} {_f(m['mean']):>6} / {_f(m['min']):<4} {href:>13} "
-            f"{_signed(dp['mean']):>6} / {_signed(dp['min']):<5} {r['ceiling_pct']:>7.1f}  "
+            f"{_signed(dp['mean']):>6} / {_signed(dp['min']):<5} {r['ceiling_pct']:>7.1f} "
+            f"{_paths(r.get('path_share_max_dev_pct')):>6}  "
             f"{r['validity']:14} {_runs_cell(r['runs'])}"
         )
     return lines + [
         "  rows: mrc = generated EVs on a source-routed fabric; mrc-16ev = 16 EVs hashed (ECMP);",
         "  mrc-1ev = mrc on one hashed EV (recovers from trims as NDP does);",
         "  single-path = the RoCE-like baseline on one hashed path (go-back-N, RC timeout);",
-        "  mrc-9000 = mrc at MTU 9000, 72 kB queues (8 frames)",
+        "  mrc-9000 = mrc at MTU 9000, 72 kB queues (8 frames);",
+        "  paths = the worst leaf uplink or downlink's departure from an equal share of its",
+        "  leaf's bytes (worst seed)",
     ]
 
 
@@ -535,6 +568,8 @@ def format_fidelity_table(d: dict) -> str:
             f"  {'diff points':12} {'':>12} {'':>9} "
             f"{_signed(inc['diff_points']['ideal_over_last_pct']):>12}",
         ]
+    if d.get("path_share_plot"):
+        lines += ["", f"path shares (first seed): {d['path_share_plot']}"]
     lines += ["", f"results: {d['results_dir']}   ({d['meta']['seconds']:.0f} s in all)"]
     invalid = (
         [(r["row"], run) for r in d["permutation"] for run in r.get("runs", [])]

@@ -51,7 +51,8 @@ from testbed.analysis.metrics import (
     emulation_warning,
     measure,
 )
-from testbed.analysis.plots import event_marks, plot_run
+from testbed.analysis.path_share import summary_entry as path_share_entry
+from testbed.analysis.plots import event_marks, plot_path_share, plot_run
 from testbed.analysis.report import write_report, write_summary, write_timeseries_csv
 from testbed.analysis.validity import Thresholds, Timing, Verdict, banner, judge
 from testbed.experiment.calibration import load_budget
@@ -101,6 +102,7 @@ class RunResult:
     reruns: int = 0
     port_queues: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
     port_counters: dict[str, dict] = field(default_factory=dict)
+    switch_counters: dict[str, dict] = field(default_factory=dict)  # `testbed counters`, at the end
     note: str = ""
 
 
@@ -405,6 +407,7 @@ def _drive(
         timing,
         port_queues=monitor.queues,
         port_counters=port_counters,
+        switch_counters=switch,
         note=note,
     )
 
@@ -500,6 +503,7 @@ def _run_all(
     if not results:
         raise RunError("transport: nothing could run (see the skipped transports above)")
     transports = list(results)
+    fab_spines = sc.topology.spines
     metrics = {t: measure(r.run, sc, r.applied) for t, r in results.items()}
     first = results[transports[0]]
     emus = [r.emulation for r in results.values()]
@@ -527,6 +531,8 @@ def _run_all(
         }
         if r.note:
             entry["note"] = r.note
+        if r.switch_counters and fab_spines > 1:
+            entry["path_share"] = path_share_entry(sc.fabric(), r.switch_counters)
 
     write_summary(out_dir, summary)
     write_timeseries_csv(out_dir, metrics)
@@ -539,6 +545,15 @@ def _run_all(
         queue_limit_kb=sc.topology.queue_kb,
         title=f"{sc.name} ({transports[0]})" if len(transports) == 1 else sc.name,
     )
+    shares = {
+        t: e["path_share"]
+        for t, e in summary["transports"].items()
+        if e.get("path_share", {}).get("max_deviation_pct") is not None
+    }
+    if shares:
+        plots["Traffic share per path (leaf uplinks and downlinks)"] = plot_path_share(
+            shares, out_dir / "path_share.png", title=sc.name
+        )
     write_report(out_dir, summary, scenario=sc, metrics=metrics, plots=plots)
     warning = emulation_warning(emulation)
     if warning:

@@ -1,0 +1,79 @@
+"""How evenly a run spread its bytes over the fabric's paths, from the switches' port counters.
+
+Why from the switches: the endpoints know their EVs, not their paths (on an ECMP fabric only
+the switches' hash knows where an EV goes). A leaf's uplinks are the first hop of every path
+that leaves it, a spine's port towards a leaf the last hop of every path that enters it; so a
+leaf's uplink shares say how its senders' traffic spread, a leaf's downlink shares (one per
+spine) how the traffic towards it did. Equal shares -- 1/spines each -- are what spraying over
+every path once per round gives (MRC's generated EVs on a source-routed fabric), and hashed EVs
+collide (docs/fabric.md, "Source routing").
+
+Pure: the counters are `testbed counters`' (raw/<transport>/switch_counters.json).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from topologies import Fabric
+
+MIN_BYTES = 100_000
+"""A leaf whose links carried less than this in a direction is left out: its shares would
+measure a handful of packets (ACKs of a flow that barely touched it), not a spread."""
+
+
+def _shares(tx: Mapping[str, int]) -> dict[str, float] | None:
+    total = sum(tx.values())
+    if total < MIN_BYTES:
+        return None
+    return {k: v / total for k, v in tx.items()}
+
+
+def path_shares(fab: Fabric, counters: Mapping[str, Any]) -> dict[str, dict[str, dict[str, float]]]:
+    """{"uplinks": {leaf: {spine: share of the leaf's uplink bytes}}, "downlinks": {leaf:
+    {spine: share of the bytes the spines sent to the leaf}}}; leaves with less than MIN_BYTES
+    in a direction are left out of it."""
+    up: dict[str, dict[str, float]] = {}
+    down: dict[str, dict[str, float]] = {}
+    for leaf in (n for n in fab.switches() if fab.nodes[n].kind == "leaf"):
+        tx_up: dict[str, int] = {}
+        tx_down: dict[str, int] = {}
+        for intf in fab.interfaces[leaf]:
+            spine = intf.peer_node
+            if fab.nodes[spine].kind != "spine":
+                continue
+            mine = counters.get(leaf, {}).get("ports", {}).get(intf.name, {})
+            theirs = counters.get(spine, {}).get("ports", {}).get(intf.peer_name, {})
+            tx_up[spine] = int(mine.get("tx_bytes", 0))
+            tx_down[spine] = int(theirs.get("tx_bytes", 0))
+        if (s := _shares(tx_up)) is not None:
+            up[leaf] = s
+        if (s := _shares(tx_down)) is not None:
+            down[leaf] = s
+    return {"uplinks": up, "downlinks": down}
+
+
+def max_deviation_pct(shares: Mapping[str, Mapping[str, Mapping[str, float]]]) -> float | None:
+    """The largest departure of any path's share from an equal share, in percent of that equal
+    share (0: perfectly even; +5: a path carried 1.05x its equal share); None without data."""
+    worst = None
+    for direction in shares.values():
+        for per_spine in direction.values():
+            equal = 1.0 / len(per_spine)
+            for share in per_spine.values():
+                dev = abs(share / equal - 1.0) * 100.0
+                worst = dev if worst is None else max(worst, dev)
+    return None if worst is None else round(worst, 1)
+
+
+def summary_entry(fab: Fabric, counters: Mapping[str, Any]) -> dict[str, Any]:
+    """What summary.json says of a run's spread: the shares (rounded) and the worst deviation."""
+    shares = path_shares(fab, counters)
+    return {
+        "max_deviation_pct": max_deviation_pct(shares),
+        **{
+            d: {leaf: {s: round(v, 4) for s, v in per.items()} for leaf, per in by_leaf.items()}
+            for d, by_leaf in shares.items()
+        },
+    }

@@ -1,0 +1,65 @@
+"""testbed.analysis.path_share: how evenly a run's bytes spread over the paths, from the
+switches' port counters; and its plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from testbed.analysis.path_share import MIN_BYTES, max_deviation_pct, path_shares, summary_entry
+from testbed.analysis.plots import plot_path_share
+from topologies import leaf_spine
+
+FAB = leaf_spine(spines=4, leaves=2, hosts_per_leaf=2)
+
+
+def counters(up: dict[str, list[int]], down: dict[str, list[int]]) -> dict:
+    """Switch counters with each leaf's uplinks sending `up[leaf][k]` bytes towards spine k+1,
+    and spine k+1 sending `down[leaf][k]` towards the leaf; host ports busy too (ignored)."""
+    c: dict = {sw: {"ports": {}} for sw in FAB.switches()}
+    for leaf in ("leaf1", "leaf2"):
+        for intf in FAB.interfaces[leaf]:
+            if FAB.nodes[intf.peer_node].kind == "host":
+                c[leaf]["ports"][intf.name] = {"tx_bytes": 10**9}
+                continue
+            k = int(intf.peer_node.removeprefix("spine")) - 1
+            c[leaf]["ports"][intf.name] = {"tx_bytes": up.get(leaf, [0] * 4)[k]}
+            c[intf.peer_node]["ports"][intf.peer_name] = {"tx_bytes": down.get(leaf, [0] * 4)[k]}
+    return c
+
+
+def test_even_spread_has_no_deviation():
+    c = counters({"leaf1": [10**6] * 4, "leaf2": [10**6] * 4}, {"leaf2": [2 * 10**6] * 4})
+    s = path_shares(FAB, c)
+    assert s["uplinks"] == {"leaf1": dict.fromkeys(("spine1", "spine2", "spine3", "spine4"), 0.25),
+                            "leaf2": dict.fromkeys(("spine1", "spine2", "spine3", "spine4"), 0.25)}  # fmt: skip
+    assert list(s["downlinks"]) == ["leaf2"]  # leaf1 received nothing: left out
+    assert max_deviation_pct(s) == 0.0
+
+
+def test_a_hashed_collision_shows_as_the_worst_link():
+    # leaf1 put 3 of its 8 flows' bytes on spine1, 1 on spine4: shares 3/8, 2/8, 2/8, 1/8.
+    c = counters({"leaf1": [3 * 10**6, 2 * 10**6, 2 * 10**6, 10**6]}, {})
+    s = path_shares(FAB, c)
+    assert s["uplinks"]["leaf1"]["spine1"] == 0.375
+    assert max_deviation_pct(s) == 50.0  # 0.375 is 1.5x the equal 0.25 (and 0.125 0.5x)
+
+
+def test_a_leaf_with_next_to_no_traffic_is_left_out():
+    c = counters({"leaf1": [MIN_BYTES // 8] * 4}, {})
+    assert path_shares(FAB, c) == {"uplinks": {}, "downlinks": {}}
+    assert max_deviation_pct(path_shares(FAB, c)) is None
+
+
+def test_summary_entry_rounds_and_carries_the_worst_deviation():
+    c = counters({"leaf1": [1_000_000, 1_000_000, 1_100_000, 900_000]}, {})
+    e = summary_entry(FAB, c)
+    assert e["max_deviation_pct"] == 10.0
+    assert e["uplinks"]["leaf1"]["spine3"] == 0.275 and e["downlinks"] == {}
+
+
+def test_plot_path_share_draws_both_directions_for_every_transport(tmp_path: Path):
+    even = path_shares(FAB, counters({"leaf1": [10**6] * 4}, {"leaf2": [10**6] * 4}))
+    skew = path_shares(FAB, counters({"leaf1": [3 * 10**6, 2 * 10**6, 2 * 10**6, 10**6]},
+                                     {"leaf2": [10**6, 10**6, 3 * 10**6, 10**6]}))  # fmt: skip
+    out = plot_path_share({"mrc": even, "mrc-hashed": skew}, tmp_path / "path_share.png")
+    assert out.exists() and out.stat().st_size > 10_000
