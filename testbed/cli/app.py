@@ -18,6 +18,7 @@ from testbed.cli.commands import (
     CliError,
     cmd_bench,
     cmd_calibrate,
+    cmd_capture,
     cmd_clean,
     cmd_cli,
     cmd_compare,
@@ -137,6 +138,20 @@ def _fabric_commands(sub, named) -> None:
     ex.add_argument("node")
     ex.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ...")
     ex.set_defaults(func=cmd_exec)
+
+    cap = named(
+        sub.add_parser(
+            "capture",
+            help="capture a node's packets: a pcap (-w), or each packet decoded as MRC",
+        )
+    )
+    cap.add_argument("node")
+    cap.add_argument("port", nargs="?", help="one of the node's ports (default: all of them)")
+    cap.add_argument("-w", "--write", metavar="FILE", help="write a pcap instead of printing")
+    cap.add_argument("--duration", type=float, metavar="S", help="stop after S real seconds")
+    cap.add_argument("-c", "--count", type=int, metavar="N", help="stop after N packets")
+    cap.add_argument("-f", "--filter", metavar="BPF", help="capture filter, e.g. 'udp port 4791'")
+    cap.set_defaults(func=cmd_capture)
 
     ctl = named(
         sub.add_parser(

@@ -22,6 +22,7 @@ from testbed.bench import (
     switch_bench,
 )
 from testbed.bench.calibrate import run_calibration
+from testbed.capture import CaptureError, capture
 from testbed.cli.interactive import Dispatch, FabricCli
 from testbed.experiment.api import load
 from testbed.experiment.calibration import load_budget
@@ -128,6 +129,20 @@ def cmd_exec(args: argparse.Namespace) -> int:
         return Fabric.attach(args.name).exec(args.node, *argv).returncode
     except FabricError as exc:
         raise CliError(f"exec: {exc}") from None
+
+
+def cmd_capture(args: argparse.Namespace) -> int:
+    need_root("testbed capture")
+    if args.count is not None and args.count < 1:
+        raise CliError(f"--count: a positive number of packets, got {args.count}")
+    if args.duration is not None and not args.duration > 0:
+        raise CliError(f"--duration: a positive number of seconds, got {args.duration:g}")
+    try:
+        return capture(
+            args.name, args.node, args.port, args.write, args.duration, args.count, args.filter
+        )
+    except (CaptureError, FabricError) as exc:
+        raise CliError(f"capture: {exc}") from None
 
 
 def cmd_ctl(args: argparse.Namespace) -> int:
