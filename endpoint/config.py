@@ -58,6 +58,12 @@ class Mode(str, Enum):
     MRC = "mrc"  # spray, SACK, NACK-on-trim, retire EV on loss, probe, re-admit
     SINGLE_PATH = "single-path"  # one fixed EV, go-back-N, long RC-style timeout
     SPRAY_NO_FAILOVER = "spray-no-failover"  # spray + SACK/NACK, but never retire an EV
+    # RoCEv2 RC as NICs run it: one EV, go-back-N, the RC local ACK timeout (4.096 µs x
+    # 2^rc_timeout) with rc_retry_cnt retries, DCQCN rate control (endpoint.dcqcn)
+    ROCE = "roce"
+
+
+RC_TIMEOUT_UNIT_S = 4.096e-6  # IBA: local ACK timeout = 4.096 µs x 2^timeout
 
 
 @dataclass(frozen=True)
@@ -125,6 +131,12 @@ class TransportConfig:
     # the fabric, testbed.harness.transport_timing).
     tlp_pto_min: float = 2e-3
     single_path_rto: float = 0.25  # RC-style timeout (NCCL's 4.3 s, scaled to the emulation)
+    # roce: the RC local ACK timeout is 4.096 µs x 2^rc_timeout (IBA; the QP's "timeout"
+    # attribute, 5 bits), not scaled: it is the NIC's own unit. 10 is 4.2 ms, shorter than
+    # deployments use (NCCL's default 20 is 4.3 s) so that a run waits one out in seconds of
+    # wall time. After rc_retry_cnt timeouts in a row without progress the QP fails.
+    rc_timeout: int = 10
+    rc_retry_cnt: int = 7
 
     # EV health (endpoint.ev).
     ecn_weight_factor: float = 0.5  # an ECN-marked or trimmed EV's weight is multiplied by this
@@ -164,6 +176,10 @@ class TransportConfig:
             raise ValueError(f"num_evs must be 1..256, got {self.num_evs}")
         if not 1 <= self.planes <= self.num_evs:
             raise ValueError(f"planes must be 1..num_evs, got {self.planes}")
+        if not 0 <= self.rc_timeout <= 31:
+            raise ValueError(f"rc_timeout must be 0..31 (4.096 µs x 2^t), got {self.rc_timeout}")
+        if not 0 <= self.rc_retry_cnt <= 7:
+            raise ValueError(f"rc_retry_cnt must be 0..7, got {self.rc_retry_cnt}")
         if self.lb not in LB_POLICIES:
             raise ValueError(f"lb: one of {', '.join(LB_POLICIES)}, got {self.lb!r}")
         if not 1 <= self.reps_buffer <= 256:

@@ -61,7 +61,7 @@ class Receiver:
         # Bit j set: PSN rcv_nxt + j has arrived (bit 0 is never set: rcv_nxt is the hole).
         self._bits = 0
         self.stats = stats
-        self.go_back_n = cfg.mode is Mode.SINGLE_PATH
+        self.go_back_n = cfg.mode in (Mode.SINGLE_PATH, Mode.ROCE)
         self._reasm: dict[int, Reassembly] = {}
         self._reserved = 0
         self._done_below = first_msg_id & _U32  # every message id before this was delivered

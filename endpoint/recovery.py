@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from endpoint.config import Mode, TransportConfig
+from endpoint.config import RC_TIMEOUT_UNIT_S, Mode, TransportConfig
 from endpoint.ev import EVSet
 from endpoint.ev_path import EVPath, EVState
 from endpoint.nscc import Nscc
@@ -64,6 +64,7 @@ POLICIES = {
     Mode.MRC: RecoveryPolicy(single_path=False, rack=True, tlp=True, failover=True),
     Mode.SPRAY_NO_FAILOVER: RecoveryPolicy(single_path=False, rack=True, tlp=False, failover=False),
     Mode.SINGLE_PATH: RecoveryPolicy(single_path=True, rack=False, tlp=False, failover=False),
+    Mode.ROCE: RecoveryPolicy(single_path=True, rack=False, tlp=False, failover=False),
 }
 
 
@@ -93,6 +94,10 @@ class Recovery:
         self._losses_due = False  # an ACK moved rack_sent since the last loss test
         self.rto_backoff = 1
         self.last_progress_at = float("-inf")  # when an ACK last acknowledged new data
+        # roce: RC timeouts in a row without progress; past rc_retry_cnt the QP is in error,
+        # as a NIC's: it sends nothing more, and its messages never complete.
+        self.rc_retries = 0
+        self.qp_error = False
         # Reverse-path checks need one ACK per packet (with coalescing, "covered" is normal).
         self._ack_paths = policy.failover and cfg.ack_every == 1
         self._tlp_epoch = float("nan")  # last_progress_at when the last tail-loss probe left
@@ -137,6 +142,7 @@ class Recovery:
             self._missing_acks(covered, now - rtt, now)
         if progress:
             self.rto_backoff = 1
+            self.rc_retries = 0
             self.last_progress_at = now
         if newest > self.rack_sent:
             self.rack_sent = newest
@@ -296,6 +302,8 @@ class Recovery:
 
     def rto(self) -> float:
         if self.policy.single_path:
+            if self.cfg.mode is Mode.ROCE:
+                return RC_TIMEOUT_UNIT_S * (1 << self.cfg.rc_timeout)
             return self.cfg.single_path_rto
         return self.rtt.rto() * self.rto_backoff
 
@@ -318,6 +326,8 @@ class Recovery:
 
     def next_timer(self) -> float | None:
         t = None
+        if self.qp_error:
+            return None
         if self.inflight:
             first = next(iter(self.inflight.values()))
             t = first.sent_at + self.rto()
@@ -338,7 +348,7 @@ class Recovery:
             self._close_sweep(now)
         if self.policy.failover:
             self.probe_queue.extend(self.evs.due_probes(now))
-        if not self.inflight:
+        if not self.inflight or self.qp_error:
             return
         rto = self.rto()
         first = next(iter(self.inflight.values()))
@@ -355,6 +365,13 @@ class Recovery:
         self.stats.counters["rto_fired"] += 1
         self.cc.on_rto(next(iter(self.inflight.values())).length)
         self.evs.on_timeout(now, rto)
+        if self.cfg.mode is Mode.ROCE:
+            self.rc_retries += 1
+            if self.rc_retries > self.cfg.rc_retry_cnt:
+                self.qp_error = True  # retry count exceeded: the QP goes to the error state
+                self.stats.counters["qp_error"] += 1
+                self.retx.clear()
+                return
         if self.policy.single_path:
             self._rewind("rto", snd_una, now)
             return

@@ -11,7 +11,8 @@ from collections import deque
 
 from endpoint import codec
 from endpoint.codec import AckPacket, NackPacket, ProbeAckPacket
-from endpoint.config import TransportConfig
+from endpoint.config import Mode, TransportConfig
+from endpoint.dcqcn import Dcqcn
 from endpoint.ev import EVSet
 from endpoint.ev_path import EVPath, EVState
 from endpoint.nscc import Nscc
@@ -27,6 +28,7 @@ from endpoint.wire import (
     NACK_TRIMMED,
 )
 
+PACE_BURST = 2  # packets of rate credit a late DCQCN pacer may spend at once
 _MAX_RTT_SAMPLE = 30.0  # seconds; a larger "RTT" comes from a forged or corrupt timestamp
 
 
@@ -48,7 +50,9 @@ class Sender:
         self.remote_qp = remote_qp
         self.stats = stats
         self.evs = EVSet(cfg, on_change=self._ev_changed)
-        self.cc = Nscc(cfg)
+        # RoCE NICs pace each QP at a DCQCN rate; MRC runs NSCC's window.
+        self.cc = Dcqcn(cfg) if cfg.mode is Mode.ROCE else Nscc(cfg)
+        self._rate_based = cfg.mode is Mode.ROCE
         self.rtt = RttEstimator(cfg.rto_initial, cfg.rto_min, cfg.rto_max)
         self.next_psn = start_psn & PSN_MASK
         self.snd_una = self.next_psn
@@ -102,6 +106,8 @@ class Sender:
         count as RTT (`endpoint.pacer`).
         """
         rec = self.recovery
+        if rec.qp_error:
+            return 0  # roce: the QP is in error, nothing leaves
         rec.judge_losses(now)
         if rec.probe_queue:
             self._send_probes(rec.probe_queue, now, out)
@@ -154,6 +160,8 @@ class Sender:
             out.append((p.ev, p.plane, payload, self._tos_control))
 
     def _may_send(self, size: int, now: float) -> bool:
+        if self._rate_based:
+            return self._may_send_paced(size, now)
         cwnd = self.cc.cwnd
         inflight_bytes = self.recovery.inflight_bytes
         if inflight_bytes + size <= cwnd:
@@ -166,6 +174,19 @@ class Sender:
             return True
         self._pace_blocked = True
         return False
+
+    def _may_send_paced(self, size: int, now: float) -> bool:
+        """DCQCN's pacer: one packet per size / rate, with at most PACE_BURST packets' worth of
+        credit kept from a late call (the endpoint loop does not wake exactly on time)."""
+        if self.recovery.inflight_bytes + size > self.cc.cwnd:
+            return False
+        if now < self.pace_at:
+            self._pace_blocked = True
+            return False
+        gap = size * 8.0 / self.cc.rate_bps
+        self.pace_at = max(self.pace_at, now - PACE_BURST * gap) + gap
+        self.cc.on_sent(size, now)
+        return True
 
     def _transmit(self, p: OutPacket, now: float, out: list) -> None:
         if self.policy.single_path:
@@ -368,6 +389,8 @@ class Sender:
         return self.recovery.reorder_allowance()
 
     def next_timer(self) -> float | None:
+        if self.recovery.qp_error:
+            return None  # roce: a QP in error has nothing left to time
         t = self.recovery.next_timer()
         if self._pace_blocked and (t is None or self.pace_at < t):
             t = self.pace_at

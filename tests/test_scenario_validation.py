@@ -122,11 +122,11 @@ def test_host_that_does_not_exist():
         ),
         (
             {"transport": "mrcc"},
-            "transport: unknown transport 'mrcc' (one of mrc, single-path, spray-no-failover, tcp, mptcp)",
+            "transport: unknown transport 'mrcc' (one of mrc, single-path, spray-no-failover, roce, tcp, mptcp)",
         ),
         (
             {"transport": ["mrc", "tcpp"]},
-            "transport[1]: unknown transport 'tcpp' (one of mrc, single-path, spray-no-failover, tcp, mptcp)",
+            "transport[1]: unknown transport 'tcpp' (one of mrc, single-path, spray-no-failover, roce, tcp, mptcp)",
         ),
         ({"topology.spines": "2"}, "topology.spines: input should be a valid integer, got '2'"),
         ({"topology.spines": 300}, "topology.spines: must be between 1 and 253, got 300"),

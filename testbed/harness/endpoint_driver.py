@@ -1,4 +1,5 @@
-"""The MRC-style transports (``mrc``, ``single-path``, ``spray-no-failover``) as a harness driver.
+"""The endpoint transports (``mrc``, ``single-path``, ``spray-no-failover``, ``roce``) as a harness
+driver.
 
 One endpoint process per host of the workload (`FabricEndpoints`), one job carrying the
 scenario's traffic matrix, and at the end the hosts' metrics records turned into the
@@ -23,7 +24,7 @@ from testbed.harness.endpoints import FabricEndpoints
 from testbed.harness.records import FlowRecord, Message, TransportRun
 from testbed.scenario import AllreduceWorkload, Scenario, flows, workload_hosts
 
-ENDPOINT_TRANSPORTS = ("mrc", "single-path", "spray-no-failover")
+ENDPOINT_TRANSPORTS = ("mrc", "single-path", "spray-no-failover", "roce")
 JOB = 1
 
 
@@ -84,7 +85,7 @@ def job_request(sc: Scenario, transport: str) -> dict:
     over: dict = {}
     if sc.topology.ecmp_hash == "mixed":
         over["ev_seed"] = sc.seed
-    if sc.topology.forwarding == "source-routed" and name != "single-path":
+    if sc.topology.forwarding == "source-routed" and name not in ("single-path", "roce"):
         over["ev_profile"] = "generated"
     if spec is not None:
         over.update(spec.transport_config())

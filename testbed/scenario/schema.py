@@ -74,7 +74,7 @@ __all__ = [
     "Workload",
 ]
 
-TRANSPORTS: tuple[str, ...] = ("mrc", "single-path", "spray-no-failover", "tcp", "mptcp")
+TRANSPORTS: tuple[str, ...] = ("mrc", "single-path", "spray-no-failover", "roce", "tcp", "mptcp")
 KERNEL_TRANSPORTS = frozenset({"tcp", "mptcp"})
 """Transports on the kernel's clocks: they run in real time only (time dilation 1)."""
 FAILURE_ACTIONS = frozenset(
@@ -294,7 +294,7 @@ class Expect(StrictModel):
     max_p100_over_p50: float | None = Field(default=None, ge=1, allow_inf_nan=False)
 
 
-ENDPOINT_TRANSPORT_NAMES: tuple[str, ...] = ("mrc", "single-path", "spray-no-failover")
+ENDPOINT_TRANSPORT_NAMES: tuple[str, ...] = ("mrc", "single-path", "spray-no-failover", "roce")
 
 
 class CcSpec(StrictModel):
@@ -344,6 +344,9 @@ class TransportSpec(StrictModel):
     )
     # How packets spread over the EVs (endpoint.config.LB_POLICIES): wrr, oblivious, reps.
     lb: Literal["wrr", "oblivious", "reps"] | None = None
+    # roce: the RC local ACK timeout exponent (4.096 µs x 2^t) and retry count.
+    rc_timeout: int | None = Field(default=None, ge=0, le=31)
+    rc_retry_cnt: int | None = Field(default=None, ge=0, le=7)
     cc: CcSpec | None = None
 
     @model_validator(mode="after")
@@ -352,6 +355,9 @@ class TransportSpec(StrictModel):
             raise ValueError("explicit_evs: given exactly when ev_profile is explicit")
         if self.explicit_evs is not None and len(set(self.explicit_evs)) != len(self.explicit_evs):
             raise ValueError("explicit_evs: each EV once")
+        for key in ("rc_timeout", "rc_retry_cnt"):
+            if getattr(self, key) is not None and self.name != "roce":
+                raise ValueError(f"{key}: only for name roce (the RC timeout of RoCE NICs)")
         return self
 
     @property
@@ -368,6 +374,9 @@ class TransportSpec(StrictModel):
             out["explicit_evs"] = list(self.explicit_evs)
         if self.lb is not None:
             out["lb"] = self.lb
+        for key in ("rc_timeout", "rc_retry_cnt"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
         if self.cc is not None:
             out.update(self.cc.transport_config())
         return out
