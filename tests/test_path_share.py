@@ -63,3 +63,11 @@ def test_plot_path_share_draws_both_directions_for_every_transport(tmp_path: Pat
                                      {"leaf2": [10**6, 10**6, 3 * 10**6, 10**6]}))  # fmt: skip
     out = plot_path_share({"mrc": even, "mrc-hashed": skew}, tmp_path / "path_share.png")
     assert out.exists() and out.stat().st_size > 10_000
+
+
+def test_plot_path_share_takes_summary_entries_as_the_runner_writes_them(tmp_path: Path):
+    """summary.json's path_share carries max_deviation_pct beside the shares."""
+    entry = summary_entry(FAB, counters({"leaf1": [10**6] * 4}, {"leaf2": [10**6] * 4}))
+    assert entry["max_deviation_pct"] == 0.0
+    out = plot_path_share({"mrc": entry}, tmp_path / "p.png")
+    assert out.exists()

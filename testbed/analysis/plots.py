@@ -255,8 +255,11 @@ def plot_path_share(
         what = "sent up each uplink" if direction == "uplinks" else "received from each spine"
         ax.set_title(f"{title}: {what} (band: equal share +-{band_pct:g} %)", fontsize=10)
         ax.grid(alpha=0.3, axis="y")
-    top = max((100.0 * v for s in shares.values() for d in s.values() for per in d.values()
-               for v in per.values()), default=50.0)  # fmt: skip
+    top = max(
+        (100.0 * v for s in shares.values() for d in ("uplinks", "downlinks")
+         for per in s.get(d, {}).values() for v in per.values()),
+        default=50.0,
+    )  # fmt: skip
     axes[0].set_ylim(0, top * 1.25)
     axes[0].legend(fontsize=8, loc="upper right")
     fig.tight_layout()
