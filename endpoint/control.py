@@ -17,8 +17,13 @@ Requests (every reply is one line with ``"ok": true|false``; errors name the bad
 ``{"op": "stats", "job": J?}``             -> process and per-connection counters, job status
 ``{"op": "stop"}``                         -> flushes the metrics and exits (also on SIGTERM)
 ``{"op": "deny", "mask": M, "value": V}``  -> every EV with ev & M == V is DENIED on every
-                                             connection, now and later (MRC's EV deny mask)
-``{"op": "allow", "mask": M, "value": V}`` -> lifts that rule
+                                             connection, now and later (MRC's EV deny mask);
+                                             with ``"peers": [host, ...]`` only on the
+                                             connections to those hosts (MRC denies per QP)
+``{"op": "allow", "mask": M, "value": V}`` -> lifts that rule (the same ``peers``)
+``{"op": "events"}``                       -> the EV state changes since the last such request
+                                              (virtual time, qp, peer, ev, old, new, reason) and
+                                              how many were ``dropped``: MRC's EV event queue
 
 A coordinator (a test, the scenario runner) synchronises hosts without sleeping: ``start``
 every endpoint, then ``go`` every endpoint, then ``wait`` on each — see :class:`Coordinator`.
@@ -34,7 +39,7 @@ import time
 from collections.abc import Iterable, Mapping
 
 MAX_LINE = 1 << 20
-OPS = ("ping", "start", "go", "wait", "stats", "stop", "deny", "allow")
+OPS = ("ping", "start", "go", "wait", "stats", "stop", "deny", "allow", "events")
 
 
 class ControlError(RuntimeError):
@@ -175,12 +180,35 @@ class Coordinator:
         self.go(job)
         return self.wait(job, timeout)
 
-    def deny(self, mask: int, value: int, hosts: Iterable[str] | None = None) -> dict[str, dict]:
-        """MRC's deny mask on every connection of `hosts` (default all), now and later."""
-        return self._all({"op": "deny", "mask": mask, "value": value}, hosts)
+    def deny(
+        self,
+        mask: int,
+        value: int,
+        hosts: Iterable[str] | None = None,
+        peers: Iterable[str] | None = None,
+    ) -> dict[str, dict]:
+        """MRC's deny mask on every connection of `hosts` (default all) -- or only on those to
+        `peers` -- now and later."""
+        req: dict = {"op": "deny", "mask": mask, "value": value}
+        if peers is not None:
+            req["peers"] = sorted(peers)
+        return self._all(req, hosts)
 
-    def allow(self, mask: int, value: int, hosts: Iterable[str] | None = None) -> dict[str, dict]:
-        return self._all({"op": "allow", "mask": mask, "value": value}, hosts)
+    def allow(
+        self,
+        mask: int,
+        value: int,
+        hosts: Iterable[str] | None = None,
+        peers: Iterable[str] | None = None,
+    ) -> dict[str, dict]:
+        req: dict = {"op": "allow", "mask": mask, "value": value}
+        if peers is not None:
+            req["peers"] = sorted(peers)
+        return self._all(req, hosts)
+
+    def events(self, hosts: Iterable[str] | None = None) -> dict[str, dict]:
+        """Every host's EV events since the last call (and its drop count)."""
+        return self._all({"op": "events"}, hosts)
 
     def stats(self, job: int | None = None) -> dict[str, dict]:
         req: dict = {"op": "stats"} if job is None else {"op": "stats", "job": job}

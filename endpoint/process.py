@@ -44,6 +44,11 @@ from endpoint.workloads import Job
 _JOB_KEYS = {"op", "job", "workload", "mode", "evs", "ev_base", "transport", "go"}
 
 
+EVENTS_MAX = 4096
+"""EV events kept for the `events` op between two reads; older ones are dropped and counted,
+as MRC's EV event queue counts what overflowed it."""
+
+
 def _deny_rule(req: dict) -> tuple[int, int]:
     """(mask, value) of a deny/allow request, both 16-bit EV bit patterns, value within mask."""
     for key in ("mask", "value"):
@@ -53,6 +58,17 @@ def _deny_rule(req: dict) -> tuple[int, int]:
     if req["value"] & ~req["mask"]:
         raise ValueError(f"value: {req['value']:#x} has bits outside mask {req['mask']:#x}")
     return req["mask"], req["value"]
+
+
+def _deny_peers(req: dict) -> frozenset[str] | None:
+    """A deny/allow request's `peers`: the connections it is for (MRC denies per QP); None:
+    every connection."""
+    peers = req.get("peers")
+    if peers is None:
+        return None
+    if not isinstance(peers, list) or not peers or not all(isinstance(p, str) for p in peers):
+        raise ValueError(f"peers: expected a non-empty list of host names, got {peers!r}")
+    return frozenset(peers)
 
 
 class EndpointProcess:
@@ -78,7 +94,9 @@ class EndpointProcess:
         self.bins = DeliveryBins(cfg.bin_s)
         self.ep = Endpoint(job_transport_config(cfg, {}))
         self.jobs: dict[int, Job] = {}
-        self.deny_rules: list[tuple[int, int]] = []  # (mask, value) of the deny requests in force
+        # (mask, value, peers) of the deny requests in force; peers None: every connection
+        self.deny_rules: list[tuple[int, int, frozenset[str] | None]] = []
+        self._events_seen: dict[int, int] = {}  # qp -> EV transitions the `events` op returned
         self.job_of_qp: dict[int, Job] = {}
         self.stopping = False
         self.stop_reason = ""
@@ -154,6 +172,7 @@ class EndpointProcess:
                 "stop": self._stop,
                 "deny": self._deny,
                 "allow": self._allow,
+                "events": self._events,
             },
             clock=self.clock,
         )
@@ -503,21 +522,53 @@ class EndpointProcess:
     # ----- deny masks (MRC's EV deny; docs/transport.md, "Deny masks") ----------------------
 
     def _deny(self, req: dict, c: ControlConnection, now: float) -> dict:
-        """Deny every EV with ev & mask == value on every connection, now and later ones: all
-        or none (a connection that would keep fewer than min_active_evs refuses it)."""
+        """Deny every EV with ev & mask == value on every connection (or those to `peers`), now
+        and later ones: all or none (a connection that would keep fewer than min_active_evs
+        refuses it)."""
         rule = _deny_rule(req)
-        conns = list(self.ep.connections.values())
+        peers = _deny_peers(req)
+        conns = self._conns_to(peers, self.ep.connections.values())
         denied = self._deny_on(conns, rule, now)
-        if rule not in self.deny_rules:
-            self.deny_rules.append(rule)
+        if (*rule, peers) not in self.deny_rules:
+            self.deny_rules.append((*rule, peers))
         return {"ok": True, "denied": denied, "qps": len(conns)}
 
     def _allow(self, req: dict, c: ControlConnection, now: float) -> dict:
         rule = _deny_rule(req)
-        if rule in self.deny_rules:
-            self.deny_rules.remove(rule)
-        back = sum(len(conn.sender.evs.allow(*rule, now)) for conn in self.ep.connections.values())
+        peers = _deny_peers(req)
+        if (*rule, peers) in self.deny_rules:
+            self.deny_rules.remove((*rule, peers))
+        conns = self._conns_to(peers, self.ep.connections.values())
+        back = sum(len(conn.sender.evs.allow(*rule, now)) for conn in conns)
         return {"ok": True, "allowed": back}
+
+    @staticmethod
+    def _conns_to(peers: frozenset[str] | None, conns) -> list:
+        return [c for c in conns if peers is None or c.peer in peers]
+
+    def _events(self, req: dict, c: ControlConnection, now: float) -> dict:
+        """EV state changes of every connection since the last `events` request (MRC's EV event
+        queue, read by a controller): virtual time, QP, peer, EV, old -> new, reason. At most
+        EVENTS_MAX per read; the oldest beyond that are dropped and counted."""
+        out = []
+        for qp, conn in self.ep.connections.items():
+            trs = conn.stats.ev_transitions
+            seen = self._events_seen.get(qp, 0)
+            for tr in trs[seen:]:
+                out.append(
+                    {"t": tr.at, "qp": qp, "peer": conn.peer, "ev": tr.ev, "old": tr.old,
+                     "new": tr.new, "reason": tr.reason}
+                )  # fmt: skip
+            self._events_seen[qp] = len(trs)
+        out.sort(key=lambda e: e["t"])
+        dropped = max(0, len(out) - EVENTS_MAX)
+        return {
+            "ok": True,
+            "host": self.host,
+            "now": now,
+            "events": out[dropped:],
+            "dropped": dropped,
+        }
 
     def _deny_on(self, conns: list, rule: tuple[int, int], now: float) -> int:
         """`rule` on every connection of `conns` that has not got it, all or none; returns how
@@ -555,8 +606,8 @@ class EndpointProcess:
         tcfg = job_transport_config(self.cfg, req)
         job = Job(job_id, req["workload"], self.host, self.hosts, self.ep, tcfg, self._emit, now)
         try:  # the deny rules in force hold for the job's connections too, or it does not start
-            for rule in self.deny_rules:
-                self._deny_on(list(job.conns.values()), rule, now)
+            for mask, value, peers in self.deny_rules:
+                self._deny_on(self._conns_to(peers, job.conns.values()), (mask, value), now)
         except ValueError:
             for conn in job.conns.values():
                 self.ep.connections.pop(conn.local_qp, None)

@@ -72,6 +72,7 @@ from testbed.fabric.session import Fabric, new_name
 from testbed.fabric.switch_layout import layout_for_run
 from testbed.harness.driver import Driver, driver_for
 from testbed.harness.endpoint_driver import EndpointDriver
+from testbed.harness.ev_controller import EvController
 from testbed.harness.kernel_baseline import BaselineError
 from testbed.scenario import (
     TRANSPORTS,
@@ -103,6 +104,7 @@ class RunResult:
     port_queues: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
     port_counters: dict[str, dict] = field(default_factory=dict)
     switch_counters: dict[str, dict] = field(default_factory=dict)  # `testbed counters`, at the end
+    controller: dict | None = None  # the EV controller's report, if the scenario ran one
     note: str = ""
 
 
@@ -354,9 +356,17 @@ def _drive(
     live = driver.live_bytes if isinstance(driver, EndpointDriver) else None
     timeline = Timeline(name, sc.timeline(), t0, progress, clock)
     monitor = Monitor(name, t0, sc.duration_s, progress, live, timeline.next_event, clock)
+    controller = None
+    if sc.controller.enabled and isinstance(driver, EndpointDriver):
+        c = sc.controller
+        controller = EvController(
+            driver.sockets(), sc.fabric(), sc.seed, clock, t0, c.min_votes, c.poll_ms, c.hold_ms
+        )
     try:
         timeline.start()
         monitor.start()
+        if controller is not None:
+            controller.start()
         deadline = t0 + sc.duration_s
         completed = driver.wait(deadline)
         end_s = min(clock.now(), deadline + clock.virtual(WAIT_GRACE_S)) - t0
@@ -365,6 +375,7 @@ def _drive(
     finally:
         timeline.cancel.set()
         monitor.stop_flag.set()
+        report = controller.stop().as_dict() if controller is not None else None
     timeline.join(5)
     monitor.join(5)
     switch = client.call(name, {"op": "counters", "node": None}, timeout=10)["counters"]
@@ -408,6 +419,7 @@ def _drive(
         port_queues=monitor.queues,
         port_counters=port_counters,
         switch_counters=switch,
+        controller=report,
         note=note,
     )
 
@@ -531,6 +543,10 @@ def _run_all(
         }
         if r.note:
             entry["note"] = r.note
+        if r.run.ev_retirements or name_is_endpoint(t):
+            entry["ev_retirements"] = r.run.ev_retirements
+        if r.controller is not None:
+            entry["controller"] = controller_entry(r.controller, r.applied)
         if r.switch_counters and fab_spines > 1:
             entry["path_share"] = path_share_entry(sc.fabric(), r.switch_counters)
 
@@ -596,6 +612,25 @@ def _run_judged(
         n = min(n * RERUN_FACTOR, MAX_DILATION)
         progress.line(f"[{transport}] auto: rerunning at time dilation {n:g}")
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def name_is_endpoint(transport: str) -> bool:
+    return transport not in KERNEL_TRANSPORTS
+
+
+def controller_entry(report: dict, applied: Sequence[AppliedEvent]) -> dict:
+    """The controller's report, with each deny's delay after the first failure event of the
+    timeline (virtual seconds): the time from failure to deny."""
+    failed_at = [a.applied_at for a in applied if a.event.is_failure and a.applied_at is not None]
+    first = min(failed_at) if failed_at else None
+    out = dict(report)
+    out["denies"] = []
+    for d in report.get("denies", []):
+        d = dict(d)
+        if first is not None and d.get("denied_s") is not None:
+            d["failure_to_deny_s"] = round(d["denied_s"] - first, 6)
+        out["denies"].append(d)
+    return out
 
 
 def _overall_verdict(

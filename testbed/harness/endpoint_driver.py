@@ -184,6 +184,7 @@ def endpoint_run(
     steps: list[tuple[float, float | None]] = []
     ev_bins: dict[str, dict[int, float]] = {}
     ev_dt = 0.010
+    retirements = 0
     for host, recs in records.items():
         deliveries += [(t - t0, n) for t, n in placed_samples(recs, JOB)]
         last: dict[tuple, dict] = {}
@@ -202,7 +203,9 @@ def endpoint_run(
                 continue
             if r.get("job") != JOB:
                 continue
-            if kind == "msg" and r["side"] == "tx":
+            if kind == "ev" and r.get("new") == "failed":
+                retirements += 1
+            elif kind == "msg" and r["side"] == "tx":
                 messages.append(Message(r["posted"] - t0, r["bytes"], r["acked"] - t0))
             elif kind == "counters":
                 last[(r["peer"], r["qp"])] = r
@@ -237,6 +240,7 @@ def endpoint_run(
         steps=steps,
         ev_bytes=ev_bytes,
         flows=flow_records(records, statuses, t0, expected),
+        ev_retirements=retirements,
     )
 
 
@@ -293,6 +297,10 @@ class EndpointDriver:
             self.name, self.sc.fabric(), self.hosts, pace_mbps=self.sc.topology.link_mbps
         )
         self.eps.coordinator.start(JOB, job_request(self.sc, self.transport))
+
+    def sockets(self) -> dict[str, str]:
+        """Each host's endpoint control socket (a controller opens its own connections)."""
+        return {h: str(self.eps.sock(h)) for h in self.hosts}
 
     def go(self) -> float:
         t0 = min(self.eps.coordinator.go(JOB).values())

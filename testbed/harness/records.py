@@ -62,3 +62,4 @@ class TransportRun:
     steps: Sequence[tuple[float, float | None]] = ()
     ev_bytes: Mapping[str, Sequence[float]] = field(default_factory=dict)
     flows: Sequence[FlowRecord] = ()
+    ev_retirements: int = 0  # EVs that went FAILED, over every connection (endpoint transports)

@@ -135,6 +135,19 @@ class EmulationSpec(StrictModel):
             ) from None
 
 
+class ControllerSpec(StrictModel):
+    """`controller:` a fabric controller that reads every endpoint's EV events, localises a
+    failed link from the paths of the EVs that failed and denies it on every endpoint
+    (testbed/harness/ev_controller.py). `min_votes`: connections that must have failed across
+    a link; `poll_ms`: real milliseconds between reads of the events; `hold_ms`: virtual
+    milliseconds a deny stays before it is lifted (none: to the end of the run)."""
+
+    enabled: bool = False
+    min_votes: int = Field(default=2, ge=1, le=10_000)
+    poll_ms: float = Field(default=2.0, gt=0, le=10_000, allow_inf_nan=False)
+    hold_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+
+
 class _EventBase(StrictModel):
     at: float = Field(ge=0, allow_inf_nan=False)
 
@@ -401,6 +414,7 @@ class Scenario(StrictModel):
     duration_s: float = Field(gt=0, le=3600, allow_inf_nan=False)
     seed: int = 1
     emulation: EmulationSpec = EmulationSpec()
+    controller: ControllerSpec = ControllerSpec()
     events: list[Event] = []
     expect: Expect = Expect()
 

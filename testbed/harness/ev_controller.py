@@ -1,0 +1,309 @@
+"""A fabric controller for MRC: read the endpoints' EV events, find the failed link, deny it.
+
+MRC leaves failure handling to the endpoints -- each connection retires the EVs it loses
+packets on -- and gives a system controller an interface to do better (`mrc_ctl`: EV
+state-change events, deny masks; docs/transport.md, "MRC's interface, mapped"). This is such a
+controller, as a scenario may run one (`controller:` in the scenario file):
+
+1. It reads every endpoint's EV events (the control socket's `events` op) every `poll_ms` of
+   real time.
+2. It **localises** the failed link: each EV that went FAILED names a path -- the switches'
+   own forwarding says which (`testbed.fabric.paths.predict_path`; with generated EVs on a
+   source-routed fabric the EV's field *is* the uplink). Every link between switches on that
+   path gets a vote from the connection; the link voted for by at least `min_votes`
+   connections, and by more than any other, is the failed one. A black hole on spine1-leaf2
+   fails connections into leaf2 via spine1 from every other leaf (and out of leaf2 via
+   spine1): all their paths share that link, and only that one.
+3. It **denies** the link on every endpoint, as MRC's deny masks do, before the connections
+   that have not hit it yet send into it: hosts on the link's leaf deny, on their connections
+   leaving the leaf, the EVs whose uplink field names the link's spine; the other hosts deny
+   those EVs on their connections to that leaf's hosts (per-QP denies: `peers`).
+4. After `hold_ms` of virtual time it lifts the deny (None: never), so a healed link carries
+   traffic again; failures on it would be localised again.
+
+The mask needs generated EVs on a source-routed fabric whose leaves have a power-of-two number
+of uplinks per plane (the uplink field is then a bit field). Elsewhere the controller still
+localises and reports, but pushes nothing, and says why.
+
+Pure functions (`localise`, `deny_plan`) and a thread (`EvController`) that the scenario
+runner starts after `go` and stops before collecting.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from contracts.clock import Clock
+from contracts.defaults import plane_bits
+from contracts.ports import ROCEV2_UDP_PORT
+from endpoint.control import ControlError, Coordinator
+from testbed.fabric.paths import predict_path
+from topologies import Fabric
+
+Link = tuple[str, str]  # two switch names, sorted: a link in both directions
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One EV that went FAILED: on `host`'s connection to `peer`."""
+
+    host: str
+    peer: str
+    ev: int
+    t: float  # virtual, the endpoint's clock
+
+
+@dataclass
+class Verdict:
+    link: Link
+    votes: int  # connections whose failed EVs crossed it
+    runner_up: int  # the most votes any other link had
+
+
+def plane_of(ev: int, planes: int) -> int:
+    """The plane an EV uses (1-based): EV i of a connection is on plane i % planes, and EV
+    values keep that in their low bits (generated EVs; consecutive auto EVs from an aligned
+    base)."""
+    return ev % planes + 1 if planes > 1 else 1
+
+
+def path_links(fab: Fabric, src: str, dst: str, ev: int, seed: int) -> list[Link]:
+    """The links between switches that `src`'s packets on EV `ev` to `dst` cross."""
+    nodes = predict_path(
+        fab, src, dst, ev, ROCEV2_UDP_PORT, plane=plane_of(ev, fab.params.planes), seed=seed
+    )
+    switches = [n for n in nodes if fab.nodes[n].kind != "host"]
+    return [tuple(sorted(pair)) for pair in zip(switches, switches[1:], strict=False)]  # type: ignore[misc]
+
+
+def localise(
+    fab: Fabric, failures: Iterable[Failure], seed: int, min_votes: int = 2
+) -> Verdict | None:
+    """The link most failed connections crossed, if at least `min_votes` did and no other link
+    has as many; None while the evidence is short of that."""
+    voters: dict[Link, set[tuple[str, str]]] = {}
+    for f in failures:
+        for link in path_links(fab, f.host, f.peer, f.ev, seed):
+            voters.setdefault(link, set()).add((f.host, f.peer))
+    if not voters:
+        return None
+    ranked = sorted(voters.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    best, votes = ranked[0][0], len(ranked[0][1])
+    runner_up = len(ranked[1][1]) if len(ranked) > 1 else 0
+    if votes < min_votes or votes == runner_up:
+        return None
+    return Verdict(best, votes, runner_up)
+
+
+@dataclass(frozen=True)
+class Deny:
+    host: str
+    mask: int
+    value: int
+    peers: tuple[str, ...] | None  # None: every connection of the host
+
+
+class CannotDeny(ValueError):
+    """The link cannot be expressed as a deny mask on this fabric; the message says why."""
+
+
+def _uplink_value(fab: Fabric, host: str, dst: str, spine: str, plane: int, seed: int) -> int:
+    """The EV low bits (uplink field and plane) that take `host`'s packets to `dst` via
+    `spine`, found with the switches' own source routing."""
+    pb = plane_bits(fab.params.planes)
+    for k in range(fab.params.spines):
+        ev = 49152 | (k << pb) | (plane - 1)
+        nodes = predict_path(fab, host, dst, ev, ROCEV2_UDP_PORT, plane=plane, seed=seed)
+        if spine in nodes:
+            return (k << pb) | (plane - 1)
+    raise CannotDeny(f"no EV of {host} reaches {dst} via {spine}")
+
+
+def deny_plan(fab: Fabric, link: Link, seed: int) -> list[Deny]:
+    """What each host must deny so that no packet crosses `link` (leaf-spine)."""
+    p = fab.params
+    if p.forwarding != "source-routed":
+        raise CannotDeny("the fabric hashes EVs (forwarding: ecmp): a mask cannot name a link")
+    if p.spines & (p.spines - 1):
+        raise CannotDeny(f"{p.spines} uplinks per leaf: not a bit field of the EV")
+    a, b = link
+    leaf, spine = (a, b) if fab.nodes[a].kind == "leaf" else (b, a)
+    if fab.nodes[leaf].kind != "leaf" or fab.nodes[spine].kind != "spine":
+        raise CannotDeny(f"{a}-{b} is not a leaf-spine link")
+    plane = fab.nodes[leaf].plane or 1
+    pb = plane_bits(p.planes)
+    mask = ((p.spines - 1) << pb) | ((1 << pb) - 1)
+    hosts = fab.hosts()
+    on_leaf = sorted(h for h in hosts if _leaf_of(fab, h, plane) == leaf)
+    elsewhere = [h for h in hosts if h not in on_leaf]
+    out = []
+    for h in on_leaf:
+        dst = next((d for d in elsewhere), None)
+        if dst is None:
+            continue
+        out.append(Deny(h, mask, _uplink_value(fab, h, dst, spine, plane, seed), tuple(elsewhere)))
+    for h in elsewhere:
+        value = _uplink_value(fab, h, on_leaf[0], spine, plane, seed)
+        out.append(Deny(h, mask, value, tuple(on_leaf)))
+    return out
+
+
+def _leaf_of(fab: Fabric, host: str, plane: int) -> str:
+    for intf in fab.interfaces[host]:
+        if (
+            fab.nodes[intf.peer_node].kind == "leaf"
+            and (fab.nodes[intf.peer_node].plane or 1) == plane
+        ):
+            return intf.peer_node
+    raise ValueError(f"{host} has no leaf on plane {plane}")
+
+
+@dataclass
+class ControllerReport:
+    """What the controller saw and did, for summary.json (`controller`)."""
+
+    polls: int = 0
+    events: int = 0
+    dropped: int = 0
+    failures: int = 0
+    denies: list[dict] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {
+            "polls": self.polls,
+            "events": self.events,
+            "dropped": self.dropped,
+            "failures": self.failures,
+            "denies": self.denies,
+            "errors": self.errors,
+        }
+
+
+class EvController(threading.Thread):
+    """The controller as a thread of the runner, talking to every endpoint's control socket."""
+
+    def __init__(
+        self,
+        sockets: dict[str, str],
+        fab: Fabric,
+        seed: int,
+        clock: Clock,
+        t0: float,
+        min_votes: int = 2,
+        poll_ms: float = 2.0,
+        hold_ms: float | None = None,
+    ) -> None:
+        super().__init__(name="ev-controller", daemon=True)
+        self.coordinator = Coordinator(sockets, timeout=10.0)
+        self.fab = fab
+        self.seed = seed
+        self.clock = clock
+        self.t0 = t0
+        self.min_votes = min_votes
+        self.poll_s = poll_ms / 1000.0
+        self.hold_s = None if hold_ms is None else hold_ms / 1000.0
+        self.stop_flag = threading.Event()
+        self.report = ControllerReport()
+        self._failures: list[Failure] = []
+        self._active: list[tuple[list[Deny], float, Link]] = []  # pushed, until (virtual)
+        self._denied: set[Link] = set()
+
+    def run(self) -> None:
+        try:
+            while not self.stop_flag.is_set():
+                self.poll()
+                self.stop_flag.wait(self.poll_s)
+        finally:
+            self.coordinator.close()
+
+    def poll(self) -> None:
+        rep = self.report
+        try:
+            replies = self.coordinator.events()
+        except (ControlError, OSError) as exc:
+            rep.errors.append(f"events: {exc}")
+            return
+        rep.polls += 1
+        now = self.clock.now()
+        for host, r in replies.items():
+            rep.events += len(r["events"])
+            rep.dropped += r.get("dropped", 0)
+            for e in r["events"]:
+                if e["new"] == "failed":
+                    self._failures.append(Failure(host, e["peer"], e["ev"], e["t"]))
+                    rep.failures += 1
+        self._lift_expired(now)
+        fresh = [f for f in self._failures if not self._explained(f)]
+        verdict = localise(self.fab, fresh, self.seed, self.min_votes)
+        if verdict is None or verdict.link in self._denied:
+            return
+        self._push(verdict, fresh, now)
+
+    def _explained(self, f: Failure) -> bool:
+        """A failure on a link already denied needs no second verdict."""
+        return any(
+            link in self._denied for link in path_links(self.fab, f.host, f.peer, f.ev, self.seed)
+        )
+
+    def _push(self, verdict: Verdict, evidence: Sequence[Failure], now: float) -> None:
+        rep = self.report
+        link = verdict.link
+        record = {
+            "link": f"{link[0]}-{link[1]}",
+            "votes": verdict.votes,
+            "runner_up": verdict.runner_up,
+            "first_failure_s": round(min(f.t for f in evidence) - self.t0, 6),
+            "decided_s": round(now - self.t0, 6),
+        }
+        try:
+            plan = deny_plan(self.fab, link, self.seed)
+        except CannotDeny as exc:
+            record["pushed"] = False
+            record["why_not"] = str(exc)
+            rep.denies.append(record)
+            self._denied.add(link)  # reported once
+            return
+        refused = []
+        for d in plan:
+            try:
+                self.coordinator.deny(d.mask, d.value, hosts=[d.host], peers=d.peers)
+            except (ControlError, OSError) as exc:
+                refused.append(str(exc))
+        record["pushed"] = True
+        record["denied_s"] = round(self.clock.now() - self.t0, 6)
+        record["hosts"] = len(plan) - len(refused)
+        if refused:
+            record["refused"] = refused
+        rep.denies.append(record)
+        self._denied.add(link)
+        until = float("inf") if self.hold_s is None else self.clock.now() + self.hold_s
+        self._active.append((plan, until, link))
+
+    def _lift_expired(self, now: float) -> None:
+        keep = []
+        for plan, until, link in self._active:
+            if now < until:
+                keep.append((plan, until, link))
+                continue
+            for d in plan:
+                try:
+                    self.coordinator.allow(d.mask, d.value, hosts=[d.host], peers=d.peers)
+                except (ControlError, OSError) as exc:
+                    self.report.errors.append(f"allow: {exc}")
+            self._denied.discard(link)
+            self._failures = [f for f in self._failures if f.t >= until]  # start afresh
+            for rec in self.report.denies:
+                if rec["link"] == f"{link[0]}-{link[1]}" and "lifted_s" not in rec:
+                    rec["lifted_s"] = round(now - self.t0, 6)
+        self._active = keep
+
+    def stop(self) -> ControllerReport:
+        self.stop_flag.set()
+        self.join(10)
+        return self.report
+
+
+__all__ = ["EvController", "Failure", "deny_plan", "localise", "path_links"]

@@ -1,0 +1,94 @@
+"""The fabric controller (testbed/harness/ev_controller.py): from FAILED EVs to the failed link,
+and from the link to the deny masks each host needs -- checked against the switches' own
+forwarding."""
+
+from __future__ import annotations
+
+import pytest
+
+from endpoint.config import TransportConfig
+from testbed.fabric.paths import predict_path
+from testbed.harness.ev_controller import CannotDeny, Failure, deny_plan, localise, path_links
+from topologies import leaf_spine
+
+SR = leaf_spine(spines=4, leaves=4, hosts_per_leaf=2, forwarding="source-routed")
+SEED = 1
+
+
+def generated_evs(n: int = 64, planes: int = 1) -> list[int]:
+    return TransportConfig(num_evs=n, planes=planes, ev_profile="generated").ev_values()
+
+
+def failures_through(fab, link, hosts=None) -> list[Failure]:
+    """Every (host, peer, EV) whose data path crosses `link`: what a black hole there fails."""
+    out = []
+    for h in hosts or fab.hosts():
+        for d in fab.hosts():
+            if d == h:
+                continue
+            for ev in generated_evs():
+                if tuple(sorted(link)) in path_links(fab, h, d, ev, SEED):
+                    out.append(Failure(h, d, ev, 0.001))
+    return out
+
+
+def test_path_links_follow_the_source_route():
+    ev = generated_evs()[2]  # uplink 3 at the source leaf
+    assert path_links(SR, "h1", "h3", ev, SEED) == [("leaf1", "spine3"), ("leaf2", "spine3")]
+    assert path_links(SR, "h1", "h2", ev, SEED) == []  # one leaf: no link between switches
+
+
+def test_a_black_hole_is_localised_from_a_few_connections():
+    link = ("leaf2", "spine1")
+    fails = failures_through(SR, link)
+    pick = {("h1", "h3"), ("h5", "h4"), ("h7", "h3")}  # into leaf2 from three leaves
+    few = list({(f.host, f.peer): f for f in fails if (f.host, f.peer) in pick}.values())
+    v = localise(SR, few, SEED, min_votes=2)
+    assert v is not None and v.link == link and v.votes == 3 and v.runner_up == 1
+    # From one leaf only, the leaf's uplink to spine1 is as suspect as spine1's downlink.
+    same_leaf = [f for f in fails if f.host in ("h1", "h2") and f.peer in ("h3", "h4")]
+    assert localise(SR, same_leaf, SEED) is None
+
+
+def test_one_connection_is_not_enough_evidence():
+    (f,) = failures_through(SR, ("leaf2", "spine1"), hosts=["h1"])[:1]
+    assert localise(SR, [f], SEED, min_votes=2) is None  # its two links tie, one vote each
+    assert localise(SR, [], SEED) is None
+
+
+def test_the_deny_plan_stops_every_path_across_the_link_and_no_other():
+    link = ("leaf2", "spine1")
+    plan = {d.host: d for d in deny_plan(SR, link, SEED)}
+    assert set(plan) == set(SR.hosts())
+    assert plan["h3"].peers == ("h1", "h2", "h5", "h6", "h7", "h8")  # on leaf2: leaving it
+    assert plan["h1"].peers == ("h3", "h4")  # elsewhere: only towards leaf2's hosts
+    for h in SR.hosts():
+        d = plan[h]
+        for peer in SR.hosts():
+            if peer == h:
+                continue
+            applies = d.peers is None or peer in d.peers
+            for ev in generated_evs():
+                denied = applies and ev & d.mask == d.value
+                crosses = link in path_links(SR, h, peer, ev, SEED)
+                assert denied == crosses, (h, peer, ev)
+
+
+def test_a_link_that_a_mask_cannot_name_is_refused_with_the_reason():
+    hashed = leaf_spine(spines=4, leaves=2, hosts_per_leaf=1)
+    with pytest.raises(CannotDeny, match="hashes EVs"):
+        deny_plan(hashed, ("leaf1", "spine1"), SEED)
+    three = leaf_spine(spines=3, leaves=2, hosts_per_leaf=1, forwarding="source-routed")
+    with pytest.raises(CannotDeny, match="3 uplinks per leaf"):
+        deny_plan(three, ("leaf1", "spine1"), SEED)
+
+
+def test_two_planes_deny_only_the_links_plane():
+    fab = leaf_spine(spines=2, leaves=2, hosts_per_leaf=1, planes=2, forwarding="source-routed")
+    plan = {d.host: d for d in deny_plan(fab, ("leaf2p2", "spine1p2"), SEED)}
+    for h, d in plan.items():
+        for ev in TransportConfig(num_evs=16, planes=2, ev_profile="generated").ev_values():
+            plane = ev % 2 + 1
+            peer = "h2" if h == "h1" else "h1"
+            nodes = predict_path(fab, h, peer, ev, 4791, plane=plane, seed=SEED)
+            assert (ev & d.mask == d.value) == ("spine1p2" in nodes), (h, ev)
