@@ -360,8 +360,9 @@ def _drive(
     if sc.controller.enabled and isinstance(driver, EndpointDriver):
         c = sc.controller
         controller = EvController(
-            driver.sockets(), sc.fabric(), sc.seed, clock, t0, c.min_votes, c.poll_ms, c.hold_ms
-        )
+            driver.sockets(), sc.fabric(), sc.seed, clock, t0,
+            c.min_votes, c.poll_ms, c.hold_ms, c.confirm_us,
+        )  # fmt: skip
     try:
         timeline.start()
         monitor.start()

@@ -7,11 +7,15 @@ controller, as a scenario may run one (`controller:` in the scenario file):
 
 1. It reads every endpoint's EV events (the control socket's `events` op) every `poll_ms` of
    real time.
-2. It **localises** the failed link: each EV that went FAILED names a path -- the switches'
-   own forwarding says which (`testbed.fabric.paths.predict_path`; with generated EVs on a
-   source-routed fabric the EV's field *is* the uplink). Every link between switches on that
-   path gets a vote from the connection; the link voted for by at least `min_votes`
-   connections, and by more than any other, is the failed one. A black hole on spine1-leaf2
+2. It **localises** the failed link: each EV that went FAILED, and is still FAILED
+   `confirm_us` later (its probes went unanswered: a congested path loses a packet, is
+   retired, answers its first probe and is GOOD again within that time; a dead one does not),
+   names a path -- the switches' own forwarding says which (`testbed.fabric.paths.
+   predict_path`; with generated EVs on a source-routed fabric the EV's field *is* the
+   uplink). Every link between switches on that path gets a vote from the connection; the link
+   voted for by at least `min_votes` connections, and by more than any other, is the failed
+   one. Without the confirmation, a run's first deny moved traffic onto the other spines, their
+   queues filled, RACK declared losses there, and the controller denied healthy links. A black hole on spine1-leaf2
    fails connections into leaf2 via spine1 from every other leaf (and out of leaf2 via
    spine1): all their paths share that link, and only that one.
 3. It **denies** the link on every endpoint, as MRC's deny masks do, before the connections
@@ -195,6 +199,7 @@ class EvController(threading.Thread):
         min_votes: int = 2,
         poll_ms: float = 2.0,
         hold_ms: float | None = None,
+        confirm_us: float = 50.0,
     ) -> None:
         super().__init__(name="ev-controller", daemon=True)
         self.coordinator = Coordinator(sockets, timeout=10.0)
@@ -207,7 +212,9 @@ class EvController(threading.Thread):
         self.hold_s = None if hold_ms is None else hold_ms / 1000.0
         self.stop_flag = threading.Event()
         self.report = ControllerReport()
-        self._failures: list[Failure] = []
+        self.confirm_s = confirm_us / 1e6
+        # (host, peer, EV) -> the latest transition to FAILED, while the EV stays FAILED
+        self._failed_now: dict[tuple[str, str, int], Failure] = {}
         self._active: list[tuple[list[Deny], float, Link]] = []  # pushed, until (virtual)
         self._denied: set[Link] = set()
 
@@ -232,11 +239,18 @@ class EvController(threading.Thread):
             rep.events += len(r["events"])
             rep.dropped += r.get("dropped", 0)
             for e in r["events"]:
+                key = (host, e["peer"], e["ev"])
                 if e["new"] == "failed":
-                    self._failures.append(Failure(host, e["peer"], e["ev"], e["t"]))
+                    self._failed_now[key] = Failure(host, e["peer"], e["ev"], e["t"])
                     rep.failures += 1
+                else:
+                    self._failed_now.pop(key, None)  # re-admitted (or denied): not evidence
         self._lift_expired(now)
-        fresh = [f for f in self._failures if not self._explained(f)]
+        fresh = [
+            f
+            for f in self._failed_now.values()
+            if now - f.t >= self.confirm_s and not self._explained(f)
+        ]
         verdict = localise(self.fab, fresh, self.seed, self.min_votes)
         if verdict is None or verdict.link in self._denied:
             return
@@ -294,7 +308,7 @@ class EvController(threading.Thread):
                 except (ControlError, OSError) as exc:
                     self.report.errors.append(f"allow: {exc}")
             self._denied.discard(link)
-            self._failures = [f for f in self._failures if f.t >= until]  # start afresh
+            self._failed_now = {k: f for k, f in self._failed_now.items() if f.t >= until}
             for rec in self.report.denies:
                 if rec["link"] == f"{link[0]}-{link[1]}" and "lifted_s" not in rec:
                     rec["lifted_s"] = round(now - self.t0, 6)

@@ -139,11 +139,13 @@ class ControllerSpec(StrictModel):
     """`controller:` a fabric controller that reads every endpoint's EV events, localises a
     failed link from the paths of the EVs that failed and denies it on every endpoint
     (testbed/harness/ev_controller.py). `min_votes`: connections that must have failed across
-    a link; `poll_ms`: real milliseconds between reads of the events; `hold_ms`: virtual
-    milliseconds a deny stays before it is lifted (none: to the end of the run)."""
+    a link; `confirm_us`: virtual microseconds an EV must stay FAILED to count (a congested
+    one is re-admitted sooner); `poll_ms`: real milliseconds between reads of the events;
+    `hold_ms`: virtual milliseconds a deny stays before it is lifted (none: to the end)."""
 
     enabled: bool = False
     min_votes: int = Field(default=2, ge=1, le=10_000)
+    confirm_us: float = Field(default=50.0, ge=0, le=1e6, allow_inf_nan=False)
     poll_ms: float = Field(default=2.0, gt=0, le=10_000, allow_inf_nan=False)
     hold_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
