@@ -8,7 +8,14 @@ import pytest
 
 from endpoint.config import TransportConfig
 from testbed.fabric.paths import predict_path
-from testbed.harness.ev_controller import CannotDeny, Failure, deny_plan, localise, path_links
+from testbed.harness.ev_controller import (
+    CannotDeny,
+    Failure,
+    deny_plan,
+    localise,
+    path_links,
+    round_trip_links,
+)
 from topologies import leaf_spine
 
 SR = leaf_spine(spines=4, leaves=4, hosts_per_leaf=2, forwarding="source-routed")
@@ -56,22 +63,33 @@ def test_one_connection_is_not_enough_evidence():
     assert localise(SR, [], SEED) is None
 
 
-def test_the_deny_plan_stops_every_path_across_the_link_and_no_other():
+PAIRS = TransportConfig(num_evs=64, ev_profile="generated").reply_pairs()
+
+
+def test_the_deny_plan_stops_every_round_trip_across_the_link_and_no_other():
     link = ("leaf2", "spine1")
-    plan = {d.host: d for d in deny_plan(SR, link, SEED)}
-    assert set(plan) == set(SR.hosts())
-    assert plan["h3"].peers == ("h1", "h2", "h5", "h6", "h7", "h8")  # on leaf2: leaving it
-    assert plan["h1"].peers == ("h3", "h4")  # elsewhere: only towards leaf2's hosts
+    plan = deny_plan(SR, link, SEED, PAIRS)
+    by_host: dict[str, list] = {}
+    for d in plan:
+        by_host.setdefault(d.host, []).append(d)
+    assert set(by_host) == set(SR.hosts())
+    assert by_host["h3"][0].peers == ("h1", "h2", "h5", "h6", "h7", "h8")  # leaving leaf2
+    assert by_host["h1"][0].peers == ("h3", "h4")  # elsewhere: only towards leaf2's hosts
     for h in SR.hosts():
-        d = plan[h]
         for peer in SR.hosts():
             if peer == h:
                 continue
-            applies = d.peers is None or peer in d.peers
             for ev in generated_evs():
-                denied = applies and ev & d.mask == d.value
-                crosses = link in path_links(SR, h, peer, ev, SEED)
+                denied = any(
+                    (d.peers is None or peer in d.peers) and ev & d.mask == d.value
+                    for d in by_host[h]
+                )
+                crosses = link in round_trip_links(SR, Failure(h, peer, ev, 0.0), SEED, PAIRS)
                 assert denied == crosses, (h, peer, ev)
+    # A deny leaves each connection through leaf2 EVs to use: 16 of 64 go through spine1 one
+    # way, about as many more come back through it.
+    left = [ev for ev in generated_evs() if not any(ev & d.mask == d.value for d in by_host["h1"])]
+    assert 24 <= len(left) <= 40
 
 
 def test_a_link_that_a_mask_cannot_name_is_refused_with_the_reason():

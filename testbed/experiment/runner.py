@@ -41,6 +41,7 @@ from typing import Any, TextIO
 from rich.live import Live
 
 from contracts.clock import MAX_DILATION, Clock
+from endpoint.config import TransportConfig
 from endpoint.control import ControlError
 from testbed.analysis.metrics import (
     AppliedEvent,
@@ -71,7 +72,7 @@ from testbed.fabric.lifecycle import tear_down
 from testbed.fabric.session import Fabric, new_name
 from testbed.fabric.switch_layout import layout_for_run
 from testbed.harness.driver import Driver, driver_for
-from testbed.harness.endpoint_driver import EndpointDriver
+from testbed.harness.endpoint_driver import EndpointDriver, job_request
 from testbed.harness.ev_controller import EvController
 from testbed.harness.kernel_baseline import BaselineError
 from testbed.scenario import (
@@ -361,7 +362,7 @@ def _drive(
         c = sc.controller
         controller = EvController(
             driver.sockets(), sc.fabric(), sc.seed, clock, t0,
-            c.min_votes, c.poll_ms, c.hold_ms, c.confirm_us,
+            c.min_votes, c.poll_ms, c.hold_ms, c.confirm_us, reply_pairs(sc, driver.transport),
         )  # fmt: skip
     try:
         timeline.start()
@@ -613,6 +614,17 @@ def _run_judged(
         n = min(n * RERUN_FACTOR, MAX_DILATION)
         progress.line(f"[{transport}] auto: rerunning at time dilation {n:g}")
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def reply_pairs(sc: Scenario, transport: str) -> dict[int, int]:
+    """The EV -> reply EV pairing of the run's connections (as their endpoints compute it from
+    the job's transport configuration), for the controller's view of round trips."""
+    req = job_request(sc, transport)
+    over = {k: v for k, v in req.get("transport", {}).items() if k != "ev_seed"}
+    cfg = TransportConfig(
+        num_evs=req.get("evs", TransportConfig.num_evs), planes=sc.topology.planes, **over
+    )
+    return cfg.reply_pairs()
 
 
 def name_is_endpoint(transport: str) -> bool:

@@ -82,14 +82,31 @@ def path_links(fab: Fabric, src: str, dst: str, ev: int, seed: int) -> list[Link
     return [tuple(sorted(pair)) for pair in zip(switches, switches[1:], strict=False)]  # type: ignore[misc]
 
 
+def round_trip_links(
+    fab: Fabric, f: Failure, seed: int, reply_of: dict[int, int] | None = None
+) -> set[Link]:
+    """The links a failed EV's round trip crosses: its data's path, and the path of the replies
+    (ACKs, probe ACKs), which leave the peer on EV `reply_of[ev]` (the endpoints' paired reply
+    EVs, TransportConfig.reply_pairs): a dead reverse path retires an EV as surely as a dead
+    forward one."""
+    links = set(path_links(fab, f.host, f.peer, f.ev, seed))
+    back = (reply_of or {}).get(f.ev, f.ev)
+    links.update(path_links(fab, f.peer, f.host, back, seed))
+    return links
+
+
 def localise(
-    fab: Fabric, failures: Iterable[Failure], seed: int, min_votes: int = 2
+    fab: Fabric,
+    failures: Iterable[Failure],
+    seed: int,
+    min_votes: int = 2,
+    reply_of: dict[int, int] | None = None,
 ) -> Verdict | None:
-    """The link most failed connections crossed, if at least `min_votes` did and no other link
-    has as many; None while the evidence is short of that."""
+    """The link most failed connections' round trips crossed, if at least `min_votes` did and
+    no other link has as many; None while the evidence is short of that."""
     voters: dict[Link, set[tuple[str, str]]] = {}
     for f in failures:
-        for link in path_links(fab, f.host, f.peer, f.ev, seed):
+        for link in round_trip_links(fab, f, seed, reply_of):
             voters.setdefault(link, set()).add((f.host, f.peer))
     if not voters:
         return None
@@ -125,8 +142,13 @@ def _uplink_value(fab: Fabric, host: str, dst: str, spine: str, plane: int, seed
     raise CannotDeny(f"no EV of {host} reaches {dst} via {spine}")
 
 
-def deny_plan(fab: Fabric, link: Link, seed: int) -> list[Deny]:
-    """What each host must deny so that no packet crosses `link` (leaf-spine)."""
+def deny_plan(
+    fab: Fabric, link: Link, seed: int, reply_of: dict[int, int] | None = None
+) -> list[Deny]:
+    """What each host must deny so that no packet crosses `link` (leaf-spine), in either
+    direction: on each connection through the link's leaf, the EVs whose data goes through the
+    link's spine (one mask rule), and those whose replies do (`reply_of`: one exact rule per
+    EV, since the reply pairing is a shuffle, not a bit pattern)."""
     p = fab.params
     if p.forwarding != "source-routed":
         raise CannotDeny("the fabric hashes EVs (forwarding: ecmp): a mask cannot name a link")
@@ -143,14 +165,17 @@ def deny_plan(fab: Fabric, link: Link, seed: int) -> list[Deny]:
     on_leaf = sorted(h for h in hosts if _leaf_of(fab, h, plane) == leaf)
     elsewhere = [h for h in hosts if h not in on_leaf]
     out = []
-    for h in on_leaf:
-        dst = next((d for d in elsewhere), None)
-        if dst is None:
-            continue
-        out.append(Deny(h, mask, _uplink_value(fab, h, dst, spine, plane, seed), tuple(elsewhere)))
-    for h in elsewhere:
-        value = _uplink_value(fab, h, on_leaf[0], spine, plane, seed)
-        out.append(Deny(h, mask, value, tuple(on_leaf)))
+    if not elsewhere:
+        return out
+    for h, peer, peers in [(h, elsewhere[0], tuple(elsewhere)) for h in on_leaf] + [
+        (h, on_leaf[0], tuple(on_leaf)) for h in elsewhere
+    ]:
+        value = _uplink_value(fab, h, peer, spine, plane, seed)  # data out of h via the spine
+        out.append(Deny(h, mask, value, peers))
+        back = _uplink_value(fab, peer, h, spine, plane, seed)  # replies into h via the spine
+        for ev, reply in sorted((reply_of or {}).items()):
+            if reply & mask == back and ev & mask != value:
+                out.append(Deny(h, 0xFFFF, ev, peers))
     return out
 
 
@@ -200,6 +225,7 @@ class EvController(threading.Thread):
         poll_ms: float = 2.0,
         hold_ms: float | None = None,
         confirm_us: float = 50.0,
+        reply_of: dict[int, int] | None = None,
     ) -> None:
         super().__init__(name="ev-controller", daemon=True)
         self.coordinator = Coordinator(sockets, timeout=10.0)
@@ -213,6 +239,7 @@ class EvController(threading.Thread):
         self.stop_flag = threading.Event()
         self.report = ControllerReport()
         self.confirm_s = confirm_us / 1e6
+        self.reply_of = reply_of
         # (host, peer, EV) -> the latest transition to FAILED, while the EV stays FAILED
         self._failed_now: dict[tuple[str, str, int], Failure] = {}
         self._active: list[tuple[list[Deny], float, Link]] = []  # pushed, until (virtual)
@@ -251,16 +278,14 @@ class EvController(threading.Thread):
             for f in self._failed_now.values()
             if now - f.t >= self.confirm_s and not self._explained(f)
         ]
-        verdict = localise(self.fab, fresh, self.seed, self.min_votes)
+        verdict = localise(self.fab, fresh, self.seed, self.min_votes, self.reply_of)
         if verdict is None or verdict.link in self._denied:
             return
         self._push(verdict, fresh, now)
 
     def _explained(self, f: Failure) -> bool:
         """A failure on a link already denied needs no second verdict."""
-        return any(
-            link in self._denied for link in path_links(self.fab, f.host, f.peer, f.ev, self.seed)
-        )
+        return bool(self._denied & round_trip_links(self.fab, f, self.seed, self.reply_of))
 
     def _push(self, verdict: Verdict, evidence: Sequence[Failure], now: float) -> None:
         rep = self.report
@@ -273,7 +298,7 @@ class EvController(threading.Thread):
             "decided_s": round(now - self.t0, 6),
         }
         try:
-            plan = deny_plan(self.fab, link, self.seed)
+            plan = deny_plan(self.fab, link, self.seed, self.reply_of)
         except CannotDeny as exc:
             record["pushed"] = False
             record["why_not"] = str(exc)
@@ -288,7 +313,8 @@ class EvController(threading.Thread):
                 refused.append(str(exc))
         record["pushed"] = True
         record["denied_s"] = round(self.clock.now() - self.t0, 6)
-        record["hosts"] = len(plan) - len(refused)
+        record["rules"] = len(plan) - len(refused)
+        record["hosts"] = len({d.host for d in plan})
         if refused:
             record["refused"] = refused
         rep.denies.append(record)
