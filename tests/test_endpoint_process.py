@@ -765,3 +765,27 @@ def test_a_deny_mask_keeps_a_transfer_off_its_evs_and_says_so(loopback):
         if n > 200  # data, not the ACKs this host sends for the other direction
     }
     assert used and not used & denied
+
+
+def test_per_peer_denies_and_the_event_queue(loopback):
+    """A deny with `peers` acts only on the connections to those hosts (MRC denies per QP), and
+    the `events` op hands a controller every EV state change once, with its reason."""
+    lb = loopback(["a", "b", "c"])
+    co = lb.coordinator()
+    co.start(1, {"workload": {"kind": "alltoall", "bytes": 1000}})
+    assert co.deny(0x3, 0x1, ["a"], peers=["b"])["a"]["ok"]
+    with ControlClient(str(lb.sock("a"))) as c:
+        with pytest.raises(ControlError, match="peers: expected a non-empty list"):
+            c.call({"op": "deny", "mask": 0x3, "value": 0x1, "peers": []})
+    ev = co.events(["a"])["a"]
+    assert ev["host"] == "a" and ev["dropped"] == 0
+    assert ev["events"] and {e["peer"] for e in ev["events"]} == {"b"}  # not c
+    assert all(e["new"] == "denied" and e["reason"] == "deny" and e["ev"] & 0x3 == 0x1
+               for e in ev["events"])  # fmt: skip
+    assert co.events(["a"])["a"]["events"] == []  # each change once
+    assert co.allow(0x3, 0x1, ["a"], peers=["b"])["a"]["ok"]
+    back = co.events(["a"])["a"]["events"]
+    assert back and all(e["new"] == "good" and e["reason"] == "allow" for e in back)
+    co.go(1)
+    assert all(s["done"] for s in co.wait(1, timeout=30).values())
+    co.stop()

@@ -110,3 +110,41 @@ def test_two_planes_deny_only_the_links_plane():
             peer = "h2" if h == "h1" else "h1"
             nodes = predict_path(fab, h, peer, ev, 4791, plane=plane, seed=SEED)
             assert (ev & d.mask == d.value) == ("spine1p2" in nodes), (h, ev)
+
+
+CONTROLLED = """
+name: controller-check
+topology: {spines: 2, leaves: 3, hosts_per_leaf: 1, link_mbps: 10000, delay_us: 1, queue_kb: 12,
+           forwarding: source-routed}
+transport: [mrc]
+workload: {kind: alltoall, bytes: 400KB}
+duration_s: 0.02
+controller: {enabled: true, min_votes: 2}
+seed: 1
+events:
+  - {at: 0.0003, action: blackhole, link: [spine1, leaf2]}
+expect: {delivered_all: true}
+"""
+
+
+@pytest.mark.netns
+def test_a_scenario_with_the_controller_denies_the_black_holed_link(tmp_path):
+    """On a running fabric: the runner's controller reads the endpoints' EV events, names the
+    black-holed link and denies it on every host, and summary.json says when."""
+    import json
+
+    from tests.conftest import tb
+
+    path = tmp_path / "controller-check.yaml"
+    path.write_text(CONTROLLED)
+    out = tmp_path / "out"
+    run = tb("run", str(path), "--out", str(out), "--allow-invalid", check=False, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    entry = json.loads((out / "summary.json").read_text())["transports"]["mrc"]
+    ctl = entry["controller"]
+    assert ctl["polls"] > 0 and ctl["failures"] > 0 and ctl["dropped"] == 0
+    first = ctl["denies"][0]
+    assert first["link"] == "leaf2-spine1" and first["pushed"] and first["hosts"] == 3
+    assert "refused" not in first
+    assert 0 < first["failure_to_deny_s"] < 0.01
+    assert all(d["link"] == "leaf2-spine1" for d in ctl["denies"])  # no healthy link denied
