@@ -135,6 +135,13 @@ class ControlClient:
         self.close()
 
 
+def _rule(op: str, mask: int, value: int, peers: Iterable[str] | None) -> dict:
+    req: dict = {"op": op, "mask": mask, "value": value}
+    if peers is not None:
+        req["peers"] = sorted(peers)
+    return req
+
+
 class Coordinator:
     """Runs one job across many endpoint processes: start all, go all, wait for all.
 
@@ -189,10 +196,7 @@ class Coordinator:
     ) -> dict[str, dict]:
         """MRC's deny mask on every connection of `hosts` (default all) -- or only on those to
         `peers` -- now and later."""
-        req: dict = {"op": "deny", "mask": mask, "value": value}
-        if peers is not None:
-            req["peers"] = sorted(peers)
-        return self._all(req, hosts)
+        return self._all(_rule("deny", mask, value, peers), hosts)
 
     def allow(
         self,
@@ -201,10 +205,8 @@ class Coordinator:
         hosts: Iterable[str] | None = None,
         peers: Iterable[str] | None = None,
     ) -> dict[str, dict]:
-        req: dict = {"op": "allow", "mask": mask, "value": value}
-        if peers is not None:
-            req["peers"] = sorted(peers)
-        return self._all(req, hosts)
+        """Lift a deny rule (the same mask, value and peers)."""
+        return self._all(_rule("allow", mask, value, peers), hosts)
 
     def events(self, hosts: Iterable[str] | None = None) -> dict[str, dict]:
         """Every host's EV events since the last call (and its drop count)."""
