@@ -335,8 +335,18 @@ def test_plane_suffix_hint():
 
 
 def test_transport_list_for_compare():
+    from testbed.experiment.runner import COMPARE_BASELINES, compare_transports
+
     sc = validate(variant(transport=["mrc", "single-path", "spray-no-failover", "tcp", "mptcp"]))
     assert sc.transports == ["mrc", "single-path", "spray-no-failover", "tcp", "mptcp"]
+    # compare's default: a file that lists three transports compares those three...
+    three = validate(variant(transport=["mrc", "roce", {"name": "mrc", "label": "mrc-reps",
+                                                        "lb": "reps"}]))  # fmt: skip
+    assert compare_transports(three.transports) == ["mrc", "roce", "mrc-reps"]
+    # ... and one that names one compares it with the baselines, itself first.
+    one = validate(variant(transport="roce"))
+    assert compare_transports(one.transports) == ["roce", *COMPARE_BASELINES]
+    assert compare_transports(["mrc"]) == list(COMPARE_BASELINES)
 
 
 def test_plan_kwargs_match_the_failure_controls():

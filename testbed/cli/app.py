@@ -34,6 +34,7 @@ from testbed.cli.commands import (
     cmd_up,
 )
 from testbed.experiment.errors import RunError
+from testbed.experiment.runner import COMPARE_BASELINES
 from testbed.fabric import client
 from testbed.fabric.failures import CTL_USAGE, FailureError
 from testbed.fabric.lifecycle import FabricError
@@ -221,8 +222,9 @@ def _scenario_commands(sub) -> None:
         else:
             rp.add_argument(
                 "--transports",
-                default="mrc,single-path,spray-no-failover,tcp,mptcp",
-                help="comma-separated (default: all five)",
+                default=None,
+                help="comma-separated (default: the scenario's own list when it names two or "
+                f"more; else its transport and the baselines: {', '.join(COMPARE_BASELINES)})",
             )
             rp.set_defaults(func=cmd_compare)
 

@@ -30,6 +30,7 @@ from testbed.experiment.dilation import parse_dilation
 from testbed.experiment.runner import (
     Progress,
     check_runnable,
+    compare_transports,
     default_out_dir,
     run_scenario,
     transports_arg,
@@ -337,7 +338,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     sc = _load_for_run(args)
     dilation = _dilation_arg(args)
     try:
-        transports = transports_arg(args.transports, sc.transports)
+        if args.transports is None:
+            transports = compare_transports(sc.transports)
+        else:
+            transports = transports_arg(args.transports, sc.transports)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     check_runnable(transports)

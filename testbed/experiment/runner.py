@@ -680,6 +680,19 @@ def check_runnable(transports: Sequence[str]) -> None:
                 )
 
 
+COMPARE_BASELINES = ("mrc", "single-path", "spray-no-failover", "tcp", "mptcp")
+"""What `compare` runs beside a scenario that names one transport."""
+
+
+def compare_transports(listed: Sequence[str]) -> list[str]:
+    """`compare`'s default: the scenario's own list when it names two or more transports (a
+    file that lists three means those three); else its one transport first, then the
+    baselines."""
+    if len(listed) >= 2:
+        return list(listed)
+    return list(dict.fromkeys([*listed, *COMPARE_BASELINES]))
+
+
 def transports_arg(text: str, labels: Sequence[str] = ()) -> list[str]:
     """`--transports a,b,c`, validated: one line naming a bad one. A name, or the label of a
     configuration the scenario lists (`labels`)."""
@@ -701,5 +714,6 @@ __all__ = [
     "default_out_dir",
     "run_scenario",
     "run_transport",
+    "compare_transports",
     "transports_arg",
 ]
