@@ -247,6 +247,16 @@ class EVSet:
         self._set(p, EVState.FAILED, now, reason)
         return True
 
+    def unretire(self, ev: int, now: float, reason: str = "spurious") -> bool:
+        """A FAILED EV's own round trip worked after all (a loss declared on it was reordering,
+        `spurious`, or a trim, `trim`): GOOD again at once. False if it was not FAILED."""
+        p = self.by_ev.get(ev)
+        if p is None or p.state is not EVState.FAILED:
+            return False
+        p.ack_misses = 0
+        self._set(p, EVState.GOOD, now, reason)
+        return True
+
     def readmit(self, ev: int, probe_seq: int, now: float, reason: str = "probe_ack") -> bool:
         """A PROBE-ACK arrived: re-admit ``ev`` if it answers a probe sent since it failed."""
         p = self.by_ev.get(ev)

@@ -38,6 +38,8 @@ TLP_PTO_SRTT_FACTOR = 2
 _NOT_PROBED = (EVState.FAILED, EVState.DENIED)
 # RFC 6298, 5.5: each RTO expiry doubles the next; the factor stops here.
 RTO_BACKOFF_MAX = 64
+REO_MULT_MAX = 16
+REO_DECAY_RTTS = 16
 # Resends made without any ACK evidence (see Sender._send_copies).
 LAST_RESORT = ("rto", "tlp")
 
@@ -98,6 +100,8 @@ class Recovery:
         # as a NIC's: it sends nothing more, and its messages never complete.
         self.rc_retries = 0
         self.qp_error = False
+        self.reo_mult = 1  # the reorder allowance's multiple (on_spurious)
+        self._reo_at = float("-inf")
         # Reverse-path checks need one ACK per packet (with coalescing, "covered" is normal).
         self._ack_paths = policy.failover and cfg.ack_every == 1
         self._tlp_epoch = float("nan")  # last_progress_at when the last tail-loss probe left
@@ -199,11 +203,35 @@ class Recovery:
     def reorder_allowance(self) -> float:
         cfg = self.cfg
         rtt = self.rtt
-        return max(
+        return self.reo_mult * max(
             cfg.reorder_min,
             cfg.reorder_rtt_frac * rtt.smoothed(0.0),
             cfg.reorder_rttvar_mult * rtt.rttvar,
         )
+
+    def on_spurious(self, ev: int, now: float) -> None:
+        """The first copy of a packet declared lost was acknowledged after all: the loss was
+        reordering (a slow path, a deep queue), not a loss. As RACK does on a DSACK (RFC 8985,
+        6.2), the reorder allowance grows -- by one multiple per spurious loss, up to
+        REO_MULT_MAX, back to one after REO_DECAY_RTTS smoothed RTTs without another -- and
+        the EV the copy went out on, which the declaration retired, is re-admitted at once:
+        its round trip just worked."""
+        self.stats.counters["spurious_loss"] += 1
+        self.reo_mult = min(self.reo_mult + 1, REO_MULT_MAX)
+        self._reo_at = now
+        if self.policy.failover and self.evs.unretire(ev, now):
+            self.stats.counters["ev_unretired"] += 1
+
+    def on_late_trim(self, ev: int, now: float) -> None:
+        """The trim NACK of a packet already declared lost came back: its path is alive, only
+        congested, so the EV the declaration retired is re-admitted, at a congested weight.
+        Why: on a slow link (a leaf-spine link at 10 % speed) the trim NACKs come back through
+        its queue later than RACK's allowance, and every one retired a live EV -- MRC then kept
+        probing and re-admitting the slow path's EVs instead of weighing them down."""
+        self.stats.counters["late_trim_nack"] += 1
+        if self.policy.failover and self.evs.unretire(ev, now, "trim"):
+            self.stats.counters["ev_unretired"] += 1
+        self.evs.on_congestion(ev, now, "trim")
 
     def judge_losses(self, now: float) -> None:
         """Run the RACK loss test once for all the ACKs read since the last turn.
@@ -215,6 +243,8 @@ class Recovery:
         that was 41-47 of the ~65 spurious loss declarations (and EV retirements) of a healthy
         20 MB bulk (docs/transport.md, "Path (EV) health").
         """
+        if self.reo_mult > 1 and now - self._reo_at > REO_DECAY_RTTS * self.rtt.smoothed(0.0):
+            self.reo_mult = 1
         if self._losses_due:
             self._losses_due = False
             self._detect_losses(now)

@@ -28,6 +28,7 @@ from endpoint.wire import (
     NACK_TRIMMED,
 )
 
+LOST_COPIES_KEPT = 4096  # first copies of resent packets remembered (oldest forgotten)
 PACE_BURST = 2  # packets of rate credit a late DCQCN pacer may spend at once
 _MAX_RTT_SAMPLE = 30.0  # seconds; a larger "RTT" comes from a forged or corrupt timestamp
 
@@ -67,6 +68,7 @@ class Sender:
         self.pace_at = float("-inf")
         self._pace_blocked = False
         self.completions: list[MessageCompletion] = []
+        self._lost_copies: dict[int, int] = {}  # PSN -> send ts (ns) of a copy declared lost
         values = cfg.ev_values()
         self.single_ev = values[cfg.single_path_ev_index]
         self.single_plane = cfg.single_path_ev_index % cfg.planes
@@ -199,6 +201,11 @@ class Sender:
         if p.transmissions:
             flags = DATA_FLAG_RETX
             self.stats.retransmits[p.reason] += 1
+            if p.reason == "loss" and p.transmissions == 1:
+                lost = self._lost_copies
+                lost[p.psn] = p.ts_ns  # the copy declared lost, should its ACK come after all
+                if len(lost) > LOST_COPIES_KEPT:
+                    del lost[next(iter(lost))]
         p.transmissions += 1
         p.ev, p.plane = ev, plane
         p.sent_at = now
@@ -283,6 +290,16 @@ class Sender:
                         newest = p.sent_at
             self.snd_una = a.cum_psn
         p = unacked.get(direct)
+        # Declared lost, and now an ACK for the copy sent before that declaration -- while the
+        # packet waits for its resend, or after the resend (even after the resend's own ACK):
+        # the loss was reordering (Recovery.on_spurious).
+        # (The copy stays remembered until its own ACK or trim NACK comes, or LOST_COPIES_KEPT
+        # newer ones push it out: the resend's ACK often comes first.)
+        if (p is not None and p.reason == "loss" and p.state == LOST) or (
+            self._lost_copies.get(direct) == a.ts_echo
+        ):
+            self._lost_copies.pop(direct, None)
+            self.recovery.on_spurious(a.ev_echo, now)
         if p is not None:
             acked += self._acked(p, now)
             if rtt is not None:
@@ -349,6 +366,11 @@ class Sender:
         p = self.unacked.get(n.psn)
         if p is None or p.state != INFLIGHT or p.ts_ns != n.ts_echo:
             st.counters["stale_nack"] += 1  # already resent, acked, or forged
+            if n.reason == NACK_TRIMMED and self._trimmed_after_loss(n, p):
+                # RACK declared the packet lost (and retired its EV) before the NACK of its
+                # trim came back: the packet was cut by a full queue on a live path. The EV is
+                # congested, not dead (Recovery.on_late_trim).
+                self.recovery.on_late_trim(n.ev, now)
             return
         if n.reason == NACK_TRIMMED:
             st.counters["trim_nack_rx"] += 1
@@ -362,6 +384,15 @@ class Sender:
             self.recovery.declare_lost(p, "nack_window", now)
         else:
             st.drops["bad_nack_reason"] += 1
+
+    def _trimmed_after_loss(self, n: NackPacket, p: OutPacket | None) -> bool:
+        """Is `n` the trim NACK of a copy that RACK had declared lost?"""
+        if p is not None and p.reason == "loss" and p.state == LOST and p.ts_ns == n.ts_echo:
+            return True
+        if self._lost_copies.get(n.psn) == n.ts_echo:
+            del self._lost_copies[n.psn]
+            return True
+        return False
 
     def _on_sequence_nak(self, n: NackPacket, now: float) -> None:
         # RC semantics: a NAK acknowledges everything before its PSN, then asks for the rest.

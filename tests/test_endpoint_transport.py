@@ -304,3 +304,23 @@ def test_the_loss_sweep_finds_dead_evs_without_feeding_them_data(seed: int) -> N
     net.blackhole_evs("a", "b", set())
     assert h.run(2.0)
     assert_exactly_once(h.sent_ab, h.received_ab)
+
+
+def test_a_slow_path_is_not_a_dead_one_for_mrc():
+    """Packets on a path far slower than the others are declared lost by RACK before their
+    ACKs come: when the first copy's ACK (or its trim NACK) arrives after all, the loss is
+    counted spurious, the reorder allowance grows and the EV the declaration retired is
+    re-admitted at once, instead of being probed back."""
+    net = SimNet(seed=5, n_paths=4)
+    h = PairHarness(net, TransportConfig(line_rate_bps=1e9, base_rtt=60e-6))
+    net.set_path("a", "b", 0, delay=400e-6)  # one path of four is 20x slower
+    rng = random.Random(5)
+    for _ in range(30):
+        h.send_ab(blob(rng, 40_000))
+    assert h.run(10.0), h.ca.snapshot()
+    assert_exactly_once(h.sent_ab, h.received_ab)
+    c = h.ca.stats.counters
+    assert c["spurious_loss"] > 0 and c["ev_unretired"] > 0
+    assert c["ev_unretired"] >= c["ev_retired"] // 2, dict(c)
+    trs = [t for t in h.ca.stats.ev_transitions if t.reason == "spurious"]
+    assert trs and all(t.old == "failed" and t.new == "good" for t in trs)
