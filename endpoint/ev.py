@@ -202,15 +202,13 @@ class EVSet:
         n = len(recent)
         for i in range(n):
             p = recent[n - 1 - (self._next_resend + i) % n]
-            if p.state is not EVState.FAILED and p.state is not EVState.DENIED and p.ev != exclude:
+            if self._usable(p, exclude):
                 self._next_resend = (self._next_resend + i + 1) % RECENT_ACKED
                 return p
         return self.pick(exclude)
 
     def healthy_count(self) -> int:
-        return sum(
-            1 for p in self.paths if p.state is not EVState.FAILED and p.state is not EVState.DENIED
-        )
+        return sum(1 for p in self.paths if self._usable(p, None))
 
     # -- feedback ----------------------------------------------------------------------------
 

@@ -475,6 +475,7 @@ class EndpointProcess:
                     "drops": dict(conn.stats.drops),
                     "cwnd": int(s.cc.cwnd),
                     "cc": s.cc.snapshot(),
+                    "lb": {"policy": s.evs.lb, **s.evs.lb_counts},
                     "srtt": s.rtt.srtt,
                     "inflight_bytes": s.inflight_bytes,
                     "evs_failed": sum(1 for p in s.evs.paths if p.state.value == "failed"),

@@ -399,13 +399,3 @@ class Switch:
             elif deadline is None or t < deadline:
                 deadline = t
         return deadline
-
-    @staticmethod
-    def _service(ports: list[Port], now: float) -> float | None:
-        deadline = None
-        for port in ports:
-            if port.inflight or port.queue.data or port.queue.prio:
-                t = port.service(now)
-                if t is not None and (deadline is None or t < deadline):
-                    deadline = t
-        return deadline

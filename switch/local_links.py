@@ -91,8 +91,5 @@ def link(switches: list[Switch], clock: Callable[[], float]) -> list[int]:
 def wired_ports(sw: Switch) -> list[str]:
     """Names of `sw`'s ports whose wire is in memory (for the start-up line and counters)."""
     return [
-        p.name
-        for p in sw.ports
-        if getattr(p.transmit, "__self__", None) is not None
-        and isinstance(p.transmit.__self__, LocalWire)
+        p.name for p in sw.ports if isinstance(getattr(p.transmit, "__self__", None), LocalWire)
     ]

@@ -36,7 +36,7 @@ runner starts after `go` and stops before collecting.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from contracts.clock import Clock
@@ -96,17 +96,14 @@ def round_trip_links(
 
 
 def localise(
-    fab: Fabric,
-    failures: Iterable[Failure],
-    seed: int,
-    min_votes: int = 2,
-    reply_of: dict[int, int] | None = None,
+    failures: Iterable[Failure], links_of: Callable[[Failure], set[Link]], min_votes: int = 2
 ) -> Verdict | None:
-    """The link most failed connections' round trips crossed, if at least `min_votes` did and
-    no other link has as many; None while the evidence is short of that."""
+    """The link most failed connections' round trips (`links_of`, e.g. round_trip_links)
+    crossed, if at least `min_votes` did and no other link has as many; None while the
+    evidence is short of that."""
     voters: dict[Link, set[tuple[str, str]]] = {}
     for f in failures:
-        for link in round_trip_links(fab, f, seed, reply_of):
+        for link in links_of(f):
             voters.setdefault(link, set()).add((f.host, f.peer))
     if not voters:
         return None
@@ -244,6 +241,9 @@ class EvController(threading.Thread):
         self._failed_now: dict[tuple[str, str, int], Failure] = {}
         self._active: list[tuple[list[Deny], float, Link]] = []  # pushed, until (virtual)
         self._denied: set[Link] = set()
+        # Each failure's round trip, worked out once: the controller is a thread of the runner,
+        # and every poll looks at every EV still FAILED, on the machine the emulation runs on.
+        self._links: dict[tuple[str, str, int], set[Link]] = {}
 
     def run(self) -> None:
         try:
@@ -278,14 +278,21 @@ class EvController(threading.Thread):
             for f in self._failed_now.values()
             if now - f.t >= self.confirm_s and not self._explained(f)
         ]
-        verdict = localise(self.fab, fresh, self.seed, self.min_votes, self.reply_of)
+        verdict = localise(fresh, self._round_trip, self.min_votes)
         if verdict is None or verdict.link in self._denied:
             return
         self._push(verdict, fresh, now)
 
     def _explained(self, f: Failure) -> bool:
         """A failure on a link already denied needs no second verdict."""
-        return bool(self._denied & round_trip_links(self.fab, f, self.seed, self.reply_of))
+        return bool(self._denied & self._round_trip(f))
+
+    def _round_trip(self, f: Failure) -> set[Link]:
+        key = (f.host, f.peer, f.ev)
+        links = self._links.get(key)
+        if links is None:
+            links = self._links[key] = round_trip_links(self.fab, f, self.seed, self.reply_of)
+        return links
 
     def _push(self, verdict: Verdict, evidence: Sequence[Failure], now: float) -> None:
         rep = self.report
