@@ -216,6 +216,20 @@ def _scenario_commands(sub) -> None:
             action="store_true",
             help=f"exit by the expectations alone even if a run was invalid (else {EXIT_INVALID})",
         )
+        rp.add_argument(
+            "--repeat",
+            type=int,
+            metavar="N",
+            help="run N times (seeds seed..seed+N-1, or the file's `seeds`): medians with 95 %% "
+            "bootstrap intervals, expectations judged on expect.statistic",
+        )
+        rp.add_argument(
+            "--sweep",
+            action="append",
+            metavar="KEY=V1,V2,...",
+            help="run at each value of a scenario key (e.g. events[0].percent=0,1,2,5); "
+            "repeat for a grid; adds to the file's `sweep`",
+        )
         if cmd == "run":
             rp.add_argument("--transport", help="run this transport (or a,b,...) instead")
             rp.set_defaults(func=cmd_run)

@@ -27,12 +27,19 @@ from testbed.cli.interactive import Dispatch, FabricCli
 from testbed.experiment.api import load
 from testbed.experiment.calibration import load_budget
 from testbed.experiment.dilation import parse_dilation
+from testbed.experiment.errors import RunError
+from testbed.experiment.repetitions import (
+    RepeatedOutcome,
+    format_plain_table,
+    repeated_rows,
+    run_experiment,
+    seeds_for,
+)
 from testbed.experiment.runner import (
     Progress,
     check_runnable,
     compare_transports,
     default_out_dir,
-    run_scenario,
     transports_arg,
 )
 from testbed.fabric import client
@@ -48,8 +55,9 @@ from testbed.labs.grading import (
     format_report,
     list_labs,
 )
-from testbed.scenario import Scenario, ScenarioError, lint, scenario_json_schema
+from testbed.scenario import Scenario, ScenarioError, lint, quick, scenario_json_schema
 from testbed.scenario.catalog import format_catalog, list_scenarios
+from testbed.scenario.sweep import SweepError, parse_sweep_arg, sweep_points
 from topologies import TopologyParams
 
 
@@ -229,12 +237,20 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def _load_for_run(args: argparse.Namespace) -> Scenario:
-    """Find and validate the scenario (and `--quick` it) before anything is created."""
+    """Find and validate the scenario, its sweep points and its seeds before anything is
+    created. Returned as written: `--quick` shortens each run after a sweep sets its values."""
     try:
-        sc = load(args.scenario, quick_run=args.quick)
-    except ScenarioError as exc:
+        sc = load(args.scenario)
+        sweep: dict = {}
+        for text in args.sweep or []:
+            sweep.update(parse_sweep_arg(text))
+        if sweep:
+            sweep_points(sc, sweep)  # every point validated now, not halfway through
+        seeds_for(sc, args.repeat)
+    except (ScenarioError, SweepError, RunError) as exc:
         raise CliError(str(exc)) from None
-    for warning in lint(sc):
+    args.sweep_map = sweep or None
+    for warning in lint(quick(sc) if args.quick else sc):
         print(f"testbed: warning: {warning}", file=sys.stderr)
     return sc
 
@@ -270,6 +286,8 @@ def _finish_run(outcome, args: argparse.Namespace) -> int:
         ))  # fmt: skip
         return _exit_status(outcome, args)
     print()
+    if isinstance(outcome, RepeatedOutcome):
+        return _finish_repeated(outcome, args)
     print_comparison(outcome.summary, outcome.metrics)
     print(f"\nresults: {outcome.out_dir}")
     print(f"  report:  {outcome.out_dir / 'report.md'}")
@@ -296,6 +314,32 @@ def _finish_run(outcome, args: argparse.Namespace) -> int:
         if not c["passed"]
     ]
     print("expectations NOT met: " + "; ".join(failed))
+    return _exit_status(outcome, args)
+
+
+def _finish_repeated(outcome: RepeatedOutcome, args: argparse.Namespace) -> int:
+    """The table of medians and intervals (or a sweep's), where things are, and the verdict."""
+    s = outcome.summary
+    sweep = "points" in s
+    if sweep:
+        print((outcome.out_dir / "sweep.md").read_text(encoding="utf-8"))
+    else:
+        header, rows = repeated_rows(s["transports"])
+        print(format_plain_table(header, rows))
+    print(f"\nresults: {outcome.out_dir}")
+    name = "sweep" if sweep else "report"
+    print(f"  {name}:  {outcome.out_dir / (name + '.md')}")
+    print(f"  summary: {outcome.out_dir / ('sweep.json' if sweep else 'summary.json')}")
+    for caption, path in outcome.plots.items():
+        print(f"  plot:    {path}  ({caption})")
+    emu = s.get("emulation", {})
+    if not outcome.valid:
+        print("INVALID: " + "; ".join(emu.get("invalid_reasons", []))
+              + ". These numbers are the machine's, not the network's.")  # fmt: skip
+    if outcome.passed:
+        print("expectations met" + ("" if outcome.valid else ", but the runs are INVALID"))
+    else:
+        print("expectations NOT met (see the report)")
     return _exit_status(outcome, args)
 
 
@@ -330,7 +374,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     need_root("testbed run")
     _calibrate_if_needed(sc, dilation)
     out = Path(args.out) if args.out else default_out_dir(sc)
-    outcome = run_scenario(sc, transports, out, progress=_progress(args), time_dilation=dilation)
+    outcome = run_experiment(
+        sc, transports, out, progress=_progress(args), time_dilation=dilation,
+        repeat=args.repeat, sweep=args.sweep_map, quick_run=args.quick,
+    )  # fmt: skip
     return _finish_run(outcome, args)
 
 
@@ -349,9 +396,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     _calibrate_if_needed(sc, dilation)
     out = Path(args.out) if args.out else default_out_dir(sc)
     judged = [t for t in transports if t in sc.transports]
-    outcome = run_scenario(
-        sc, transports, out, judged=judged, progress=_progress(args), time_dilation=dilation
-    )
+    outcome = run_experiment(
+        sc, transports, out, judged=judged, progress=_progress(args), time_dilation=dilation,
+        repeat=args.repeat, sweep=args.sweep_map, quick_run=args.quick,
+    )  # fmt: skip
     return _finish_run(outcome, args)
 
 

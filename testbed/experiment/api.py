@@ -12,18 +12,19 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from testbed.experiment.repetitions import RepeatedOutcome, run_experiment, seeds_for
 from testbed.experiment.runner import (
     Outcome,
     Progress,
     check_runnable,
     default_out_dir,
-    run_scenario,
     transports_arg,
 )
 from testbed.fabric.lifecycle import need_root
 from testbed.scenario import Scenario, load_scenario, quick
 from testbed.scenario import validate as validate_dict
 from testbed.scenario.catalog import find_scenario
+from testbed.scenario.sweep import sweep_points
 
 ScenarioLike = Scenario | Mapping[str, Any] | str | Path
 
@@ -54,9 +55,12 @@ def run_outcome(
     quick_run: bool = False,
     progress: Progress | None = None,
     time_dilation: float | str | None = None,
-) -> Outcome:
-    """`run`, returning the whole `Outcome` (summary, metrics, plots, pass/fail, validity)."""
-    sc = load(scenario, quick_run=quick_run)
+    repeat: int | None = None,
+    sweep: Mapping[str, Sequence[Any]] | None = None,
+) -> Outcome | RepeatedOutcome:
+    """`run`, returning the whole outcome (summary, plots, pass/fail, validity): an `Outcome`
+    for one run, a `RepeatedOutcome` for repetitions or a sweep."""
+    sc = load(scenario)
     if transports is None:
         chosen = list(sc.transports)
     elif isinstance(transports, str):
@@ -64,9 +68,15 @@ def run_outcome(
     else:
         chosen = transports_arg(",".join(transports), sc.transports)
     check_runnable(chosen)
+    if sweep:
+        sweep_points(sc, sweep)  # every point checked before anything is built
+    seeds_for(sc, repeat)
     need_root("testbed run")
     out_dir = Path(out) if out is not None else default_out_dir(sc)
-    return run_scenario(sc, chosen, out_dir, progress=progress, time_dilation=time_dilation)
+    return run_experiment(
+        sc, chosen, out_dir, progress=progress, time_dilation=time_dilation,
+        repeat=repeat, sweep=sweep, quick_run=quick_run,
+    )  # fmt: skip
 
 
 def run(
@@ -77,11 +87,17 @@ def run(
     quick_run: bool = False,
     progress: Progress | None = None,
     time_dilation: float | str | None = None,
+    repeat: int | None = None,
+    sweep: Mapping[str, Sequence[Any]] | None = None,
 ) -> dict[str, Any]:
     """Run a scenario once per transport on fresh fabrics and return its summary (the content
     of ``summary.json``); the results folder (report, CSVs, plots) is `out`, default
     ``results/NAME-TIMESTAMP``. `transports` defaults to the scenario's own. `time_dilation`
     (auto or N) overrides the scenario's `emulation.time_dilation`. Needs root.
+
+    `repeat` N (or the scenario's `seeds`): N runs, the summary holds medians with intervals
+    (docs/results.md). `sweep` ({"events[0].percent": [0, 1, 2]}, or the scenario's own):
+    the summary is sweep.json's, one entry per point.
 
     ``passed``: every judged transport met its expectations; ``valid``: every run kept up
     with its fabric (an invalid run's numbers are the machine's, not the network's)."""
@@ -92,6 +108,8 @@ def run(
         quick_run=quick_run,
         progress=progress,
         time_dilation=time_dilation,
+        repeat=repeat,
+        sweep=sweep,
     )
     summary = dict(outcome.summary)
     summary["out_dir"] = str(outcome.out_dir)

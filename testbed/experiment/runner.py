@@ -32,7 +32,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -464,8 +464,12 @@ def run_scenario(
     judged: Sequence[str] | None = None,
     progress: Progress | None = None,
     time_dilation: float | str | None = None,
+    annotate: Mapping[str, Any] | None = None,
 ) -> Outcome:
     """Run `sc` once per transport and write the results folder; nothing is left running.
+
+    `annotate`: blocks added to summary.json as they are (a repetition's index and seed, a
+    sweep point's values: testbed.experiment.repetitions).
 
     `time_dilation` (auto or N) overrides the scenario's `emulation.time_dilation`. A judged
     kernel transport at N > 1 is refused before anything is built; an unjudged one (compare's
@@ -484,7 +488,7 @@ def run_scenario(
     created = first_missing(out_dir)  # what this run creates, handed to the sudo user at the end
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        return _run_all(sc, transports, out_dir, judged, progress, dilation)
+        return _run_all(sc, transports, out_dir, judged, progress, dilation, annotate or {})
     finally:
         hand_over(created, invoking_user())  # also what an aborted run left
 
@@ -496,6 +500,7 @@ def _run_all(
     judged: Sequence[str] | None,
     progress: Progress,
     dilation: DilationPlan,
+    annotate: Mapping[str, Any],
 ) -> Outcome:
     started = datetime.now(timezone.utc)
     progress.line(dilation.describe())
@@ -530,6 +535,7 @@ def _run_all(
         sc, events=first.applied, transports=metrics, emulation=emulation, started=started
     )
     summary["provenance"] = provenance(sc)
+    summary.update(annotate)
     summary["emulation"].update(_overall_verdict(sc, results, dilation))
     if skipped:
         summary["skipped"] = skipped

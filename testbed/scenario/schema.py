@@ -66,6 +66,7 @@ __all__ = [
     "PlaneDown",
     "PlaneEvent",
     "PlaneUp",
+    "STATISTICS",
     "Scenario",
     "SwitchDown",
     "SwitchEvent",
@@ -203,7 +204,8 @@ class Loss(LinkEvent):
     """Gray failure: each packet is dropped with probability `percent` / 100."""
 
     action: Literal["loss"]
-    percent: float = Field(gt=0, le=100, allow_inf_nan=False)
+    # 0 is allowed: no loss at all, the baseline point of a sweep over `percent`.
+    percent: float = Field(ge=0, le=100, allow_inf_nan=False)
 
     def describe(self) -> str:
         return f"loss {self.percent:g}% {self._where()}"
@@ -299,9 +301,18 @@ ACTIONS: tuple[str, ...] = tuple(EVENT_MODELS)
 WORKLOAD_KINDS: tuple[str, ...] = tuple(WORKLOAD_MODELS_BY_KIND)
 
 
-class Expect(StrictModel):
-    """What the run must show; an absent key is not checked."""
+STATISTICS: tuple[str, ...] = ("median", "worst")
+"""How repeated runs are judged: on the median over the valid repetitions, or on the worst."""
 
+
+class Expect(StrictModel):
+    """What the run must show; an absent key is not checked.
+
+    `statistic` says what a repeated run (`seeds`, `--repeat`) is judged on: one run's value
+    varies from seed to seed (failover 0-19 ms over 12 runs here), so a claim is made about the
+    median of the valid repetitions, or, for a stricter claim, about the worst of them."""
+
+    statistic: Literal[STATISTICS] = "median"  # type: ignore[valid-type]
     delivered_all: bool | None = None
     max_stall_ms: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     min_goodput_fraction: float | None = Field(default=None, gt=0, le=1)
@@ -415,6 +426,12 @@ class Scenario(StrictModel):
     workload: Workload
     duration_s: float = Field(gt=0, le=3600, allow_inf_nan=False)
     seed: int = 1
+    # Repetitions: the run once per seed, on fresh fabrics (testbed.experiment.repetitions).
+    seeds: list[int] | None = Field(default=None, min_length=1, max_length=1000)
+    # A sweep: dotted key path -> the values it takes (testbed.scenario.sweep).
+    sweep: dict[str, Annotated[list[Any], Field(min_length=1, max_length=100)]] | None = Field(
+        default=None, min_length=1, max_length=3
+    )
     emulation: EmulationSpec = EmulationSpec()
     controller: ControllerSpec = ControllerSpec()
     events: list[Event] = []
@@ -446,6 +463,31 @@ class Scenario(StrictModel):
         if dup:
             raise ValueError(f"{dup[0]!r} is listed twice: give each configuration a label")
         return value
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None:
+            dup = sorted({s for s in value if value.count(s) > 1})
+            if dup:
+                raise ValueError(f"seed {dup[0]} is listed twice: a repetition needs its own seed")
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _seed_or_seeds(cls, data: Any) -> Any:
+        # With `seeds`, `seed` is the first repetition's (so a dumped scenario validates again).
+        if isinstance(data, dict) and isinstance(data.get("seeds"), list) and data["seeds"]:
+            first = data["seeds"][0]
+            if "seed" in data and data["seed"] != first:
+                raise ValueError("seeds: give `seed` (one run) or `seeds` (one run each), not both")
+            data = {**data, "seed": first}
+        return data
+
+    @property
+    def run_seeds(self) -> list[int]:
+        """The seeds this scenario runs with: its `seeds`, else its one `seed`."""
+        return list(self.seeds) if self.seeds else [self.seed]
 
     @property
     def transports(self) -> list[str]:

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from contracts.schema import format_loc, reason_of
 from contracts.workloads import WorkloadSpecError, check_hosts
+from testbed.scenario.key_paths import SweepError, grid, point_data
 from testbed.scenario.schema import (
     ACTIONS,
     ENDPOINT_TRANSPORT_NAMES,
@@ -263,6 +264,8 @@ def _check_meaning(sc: Scenario) -> None:
         _collect(issues, lambda i=i, event=event: _check_event(f"events[{i}]", event, sc, fabric))
     _collect(issues, lambda: _check_expect(sc))
     _collect(issues, lambda: _check_emulation(sc))
+    if not issues and sc.sweep:  # each point is checked as a scenario: only a sound base
+        _collect(issues, lambda: _check_sweep(sc))
     if issues:
         raise ScenarioError(issues[0].path, issues[0].reason, issues=issues)
 
@@ -293,6 +296,36 @@ def _check_expect(sc: Scenario) -> None:
         issues.append(Issue("expect.max_failover_ms", "the timeline has no failure event"))
     if issues:
         raise ScenarioError(issues[0].path, issues[0].reason, issues=issues)
+
+
+def _check_sweep(sc: Scenario) -> None:
+    """Every point of the sweep must be a valid scenario, before anything of any is built."""
+    sweep_scenarios(sc, sc.sweep or {})
+
+
+def sweep_scenarios(
+    sc: Scenario, sweep: Mapping[str, Sequence[Any]]
+) -> list[tuple[dict[str, Any], Scenario]]:
+    """(values, scenario) for every point of `sweep`'s grid over `sc` (without its own sweep),
+    each validated completely; the first mistake is a ScenarioError at ``sweep.KEY``."""
+    base = sc.model_dump(mode="python", exclude_none=True)
+    base.pop("sweep", None)
+    try:
+        for key, values in sweep.items():
+            if not values:
+                raise SweepError(key, "give at least one value")
+            point_data(base, {key: values[0]})  # a path naming nothing fails before the grid
+    except SweepError as exc:
+        raise ScenarioError(f"sweep.{exc.key}", exc.reason) from None
+    points = []
+    for values in grid(sweep):
+        try:
+            points.append((values, validate(point_data(base, values))))
+        except ScenarioError as exc:
+            key = ", ".join(values)
+            shown = ", ".join(f"{k} = {v!r}" for k, v in values.items())
+            raise ScenarioError(f"sweep.{key}", f"at {shown}: {exc.path}: {exc.reason}") from None
+    return points
 
 
 def _check_emulation(sc: Scenario) -> None:
