@@ -188,8 +188,8 @@ def test_error_names_the_key_path(changes, message):
     [
         ({"at": 1.0, "action": "loss", "link": ["leaf1", "spine1"]}, "events[2].percent: required"),
         (
-            {"at": 1.0, "action": "loss", "link": ["leaf1", "spine1"], "percent": 0},
-            "events[2].percent: input should be greater than 0, got 0",
+            {"at": 1.0, "action": "loss", "link": ["leaf1", "spine1"], "percent": -1},
+            "events[2].percent: input should be greater than or equal to 0, got -1",
         ),
         (
             {"at": 1.0, "action": "loss", "link": ["leaf1", "spine1"], "percnt": 1},
