@@ -274,6 +274,8 @@ def _finish_run(outcome, args: argparse.Namespace) -> int:
     print(f"\nresults: {outcome.out_dir}")
     print(f"  report:  {outcome.out_dir / 'report.md'}")
     print(f"  summary: {outcome.out_dir / 'summary.json'}")
+    for path in outcome.data:
+        print(f"  data:    {path}")
     for caption, path in outcome.plots.items():
         print(f"  plot:    {path}  ({caption})")
     judged = ", ".join(outcome.judged)
@@ -330,7 +332,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     need_root("testbed run")
     _calibrate_if_needed(sc, dilation)
     out = Path(args.out) if args.out else default_out_dir(sc)
-    outcome = run_scenario(sc, transports, out, progress=_progress(args), time_dilation=dilation)
+    outcome = run_scenario(
+        sc,
+        transports,
+        out,
+        progress=_progress(args),
+        time_dilation=dilation,
+        data_format=args.data_format,
+    )
     return _finish_run(outcome, args)
 
 
@@ -350,7 +359,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else default_out_dir(sc)
     judged = [t for t in transports if t in sc.transports]
     outcome = run_scenario(
-        sc, transports, out, judged=judged, progress=_progress(args), time_dilation=dilation
+        sc,
+        transports,
+        out,
+        judged=judged,
+        progress=_progress(args),
+        time_dilation=dilation,
+        data_format=args.data_format,
     )
     return _finish_run(outcome, args)
 

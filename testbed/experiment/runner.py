@@ -85,6 +85,7 @@ from testbed.scenario.schema import KERNEL_TRANSPORTS
 
 MONITOR_S = 0.25  # switch queue sampling and progress refresh
 JITTER_TICK_S = 0.002  # the jitter probe's sleep
+DATA_FORMATS = ("csv", "parquet")  # --format: the CSVs always; parquet adds testbed.results' frames
 WAIT_GRACE_S = 0.5  # after duration_s, how long a finishing workload may still take to report
 
 
@@ -436,6 +437,7 @@ class Outcome:
     out_dir: Path
     plots: dict[str, Path]
     judged: list[str]
+    data: list[Path] = field(default_factory=list)  # the CSVs (and parquet files) written
 
     @property
     def passed(self) -> bool:
@@ -464,10 +466,13 @@ def run_scenario(
     judged: Sequence[str] | None = None,
     progress: Progress | None = None,
     time_dilation: float | str | None = None,
+    data_format: str = "csv",
 ) -> Outcome:
     """Run `sc` once per transport and write the results folder; nothing is left running.
 
-    `time_dilation` (auto or N) overrides the scenario's `emulation.time_dilation`. A judged
+    `time_dilation` (auto or N) overrides the scenario's `emulation.time_dilation`.
+    `data_format` "parquet" also writes the tidy frames (`testbed.results`) as
+    `<frame>.parquet` in `out_dir`; the CSVs are always written. A judged
     kernel transport at N > 1 is refused before anything is built; an unjudged one (compare's
     baselines) runs at N = 1 if the fabric fits there, else is skipped with the reason."""
     progress = progress or Progress()
@@ -481,10 +486,18 @@ def run_scenario(
             f"and this run needs {dilation.describe()}; run it at --time-dilation 1 or "
             "compare it as a baseline"
         )
+    if data_format not in DATA_FORMATS:
+        raise RunError(f"--format: {data_format!r} is not one of {', '.join(DATA_FORMATS)}")
     created = first_missing(out_dir)  # what this run creates, handed to the sudo user at the end
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        return _run_all(sc, transports, out_dir, judged, progress, dilation)
+        outcome = _run_all(sc, transports, out_dir, judged, progress, dilation)
+        if data_format == "parquet":
+            # pandas loads in ~0.3 s: only runs that ask for parquet pay for it.
+            from testbed.results import write_parquet
+
+            outcome.data += write_parquet(out_dir)
+        return outcome
     finally:
         hand_over(created, invoking_user())  # also what an aborted run left
 
@@ -553,7 +566,7 @@ def _run_all(
             entry["path_share"] = path_share_entry(sc.fabric(), r.switch_counters)
 
     write_summary(out_dir, summary)
-    write_timeseries_csv(out_dir, metrics)
+    data = write_timeseries_csv(out_dir, metrics)
     plots = plot_run(
         out_dir,
         metrics,
@@ -583,7 +596,7 @@ def _run_all(
             + " -- these numbers are the machine's, not the network's"
         )
     judged = [t for t in (judged or transports) if t in results]
-    return Outcome(summary, metrics, out_dir, plots, judged)
+    return Outcome(summary, metrics, out_dir, plots, judged, data)
 
 
 def _run_judged(
