@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -23,6 +24,7 @@ from testbed.analysis.report import (
 from testbed.harness.records import FlowRecord, Message, TransportRun
 from testbed.results.schema import FRAMES, ID_COLUMNS
 from testbed.scenario import validate
+from tests.conftest import tb
 
 SCENARIO = {
     "name": "tidy",
@@ -234,3 +236,22 @@ def test_parquet_keeps_the_columns_and_dtypes(sweep):
         back = pd.read_parquet(path)
         assert list(back.columns) == list(res[name].columns)
         pd.testing.assert_frame_equal(back, res[name], check_dtype=True)
+
+
+def test_docs_results_md_documents_every_column():
+    text = (Path(__file__).resolve().parents[1] / "docs" / "results.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    documented = {
+        name for line in rows for name in re.findall(r"`([a-z_0-9.]+)`", line.split("|")[1])
+    }
+    for name, own in FRAMES.items():
+        assert f"## {name}" in text, name
+        missing = (set(own) | set(ID_COLUMNS)) - documented
+        assert not missing, (name, missing)
+    for header in (GOODPUT_CSV_COLUMNS, STEPS_CSV_COLUMNS, FLOWS_CSV_COLUMNS):
+        assert ", ".join(header) in " ".join(text.split()), header
+
+
+def test_format_is_csv_or_parquet_on_the_command_line():
+    proc = tb("run", "gray-failure", "--format", "xml", check=False, timeout=60)
+    assert proc.returncode == 2 and "--format: invalid choice: 'xml'" in proc.stderr

@@ -54,6 +54,7 @@ def run_outcome(
     quick_run: bool = False,
     progress: Progress | None = None,
     time_dilation: float | str | None = None,
+    data_format: str = "csv",
 ) -> Outcome:
     """`run`, returning the whole `Outcome` (summary, metrics, plots, pass/fail, validity)."""
     sc = load(scenario, quick_run=quick_run)
@@ -66,7 +67,14 @@ def run_outcome(
     check_runnable(chosen)
     need_root("testbed run")
     out_dir = Path(out) if out is not None else default_out_dir(sc)
-    return run_scenario(sc, chosen, out_dir, progress=progress, time_dilation=time_dilation)
+    return run_scenario(
+        sc,
+        chosen,
+        out_dir,
+        progress=progress,
+        time_dilation=time_dilation,
+        data_format=data_format,
+    )
 
 
 def run(
@@ -77,11 +85,13 @@ def run(
     quick_run: bool = False,
     progress: Progress | None = None,
     time_dilation: float | str | None = None,
+    data_format: str = "csv",
 ) -> dict[str, Any]:
     """Run a scenario once per transport on fresh fabrics and return its summary (the content
     of ``summary.json``); the results folder (report, CSVs, plots) is `out`, default
     ``results/NAME-TIMESTAMP``. `transports` defaults to the scenario's own. `time_dilation`
-    (auto or N) overrides the scenario's `emulation.time_dilation`. Needs root.
+    (auto or N) overrides the scenario's `emulation.time_dilation`. `data_format` "parquet"
+    also writes the tidy frames of `testbed.results` as `<frame>.parquet`. Needs root.
 
     ``passed``: every judged transport met its expectations; ``valid``: every run kept up
     with its fabric (an invalid run's numbers are the machine's, not the network's)."""
@@ -92,6 +102,7 @@ def run(
         quick_run=quick_run,
         progress=progress,
         time_dilation=time_dilation,
+        data_format=data_format,
     )
     summary = dict(outcome.summary)
     summary["out_dir"] = str(outcome.out_dir)
