@@ -255,3 +255,17 @@ def test_docs_results_md_documents_every_column():
 def test_format_is_csv_or_parquet_on_the_command_line():
     proc = tb("run", "gray-failure", "--format", "xml", check=False, timeout=60)
     assert proc.returncode == 2 and "--format: invalid choice: 'xml'" in proc.stderr
+
+
+def test_per_flow_samples_split_each_bin_by_peer_at_the_milliseconds_of_the_total():
+    from testbed.harness.endpoint_driver import flow_samples
+
+    recs = [
+        {"type": "bin", "job": 1, "t": 10.0, "dt": 0.01, "placed": 4000,
+         "ms": [0, 1000, 0, 3000, 0, 0, 0, 0, 0, 0], "by_peer": {"h1": 3000, "h2": 1000}},
+        {"type": "bin", "job": 2, "t": 10.0, "dt": 0.01, "placed": 10,
+         "ms": [10] + [0] * 9, "by_peer": {"h1": 10}},  # another job: not this run's
+    ]  # fmt: skip
+    got = flow_samples(recs, 1)
+    assert got["h1"] == [(pytest.approx(10.001), 750.0), (pytest.approx(10.003), 2250.0)]
+    assert sum(n for _, n in got["h2"]) == 1000 and set(got) == {"h1", "h2"}
