@@ -414,10 +414,12 @@ def test_flow_entries_goodput_and_completion_per_flow():
     unfinished = FlowRecord("h2", "h4", 1_000_000, 250_000, 1.0, None, {})
     silent = FlowRecord("h3", "h1", 1_000_000, 0, None, None, {})
     a, b, c = flow_entries([finished, unfinished, silent], end_s=2.0)
-    assert a == {"src": "h1", "dst": "h3", "bytes": 1_000_000, "goodput_mbps": 10.0,
-                 "fct_ms": 800.0, "retransmits": {"nack": 2}}  # fmt: skip
+    assert a == {"src": "h1", "dst": "h3", "bytes": 1_000_000, "acked_bytes": 1_000_000,
+                 "start_s": 0.5, "end_s": 1.3, "goodput_mbps": 10.0, "fct_ms": 800.0,
+                 "retransmits": {"nack": 2}}  # fmt: skip
     # What it managed over its own active time, up to the end of the run; no completion.
-    assert b["goodput_mbps"] == 2.0 and b["fct_ms"] is None
+    assert b["goodput_mbps"] == 2.0 and b["fct_ms"] is None and b["end_s"] is None
+    assert b["acked_bytes"] == 250_000 and c["start_s"] is None
     assert c["goodput_mbps"] == 0.0 and c["fct_ms"] is None
     json.dumps([a, b, c], allow_nan=False)
 
@@ -428,7 +430,7 @@ def test_measure_puts_flows_into_the_summary_entry():
     run.flows = [FlowRecord("h1", "h3", 100, 100, 0.0, 0.5, {})]
     m = measure(run, sc, applied(sc))
     assert m.summary_entry()["flows"] == [
-        {"src": "h1", "dst": "h3", "bytes": 100, "goodput_mbps": 0.002, "fct_ms": 500.0,
-         "retransmits": {}}
+        {"src": "h1", "dst": "h3", "bytes": 100, "acked_bytes": 100, "start_s": 0.0,
+         "end_s": 0.5, "goodput_mbps": 0.002, "fct_ms": 500.0, "retransmits": {}}
     ]  # fmt: skip
     assert m.flow_goodput_mbps() == {"mean": 0.002, "min": 0.002}

@@ -180,15 +180,20 @@ def test_csvs(result, tmp_path):
     paths = write_timeseries_csv(tmp_path, metrics)
     assert [p.name for p in paths] == ["goodput.csv", "step_times.csv", "flows.csv"]
     rows = list(csv.reader(paths[0].open()))
-    assert rows[0] == ["time_s", "mrc_mbps", "single-path_mbps"]
-    assert len(rows) == 1 + 600
+    assert rows[0] == ["time_s", "transport", "flow", "src", "dst", "goodput_mbps"]
+    assert len(rows) == 1 + 2 * 600  # long form: one row per bin per transport
+    assert rows[1][:5] == ["0", "mrc", "all", "", ""] and rows[601][:3] == [
+        "0",
+        "single-path",
+        "all",
+    ]
     steps = list(csv.reader(paths[1].open()))
     assert steps[0] == ["transport", "step", "step_ms", "finished"]
     assert ["single-path", "0", "700.000", "1"] in steps
     assert ["single-path", "1", "", "0"] in steps  # no word in the numeric column
     flows = list(csv.reader(paths[2].open()))
     assert flows[0][:3] == ["transport", "src", "dst"]
-    assert flows[1] == ["mrc", "h1", "h2", "600000", "1.6", "3000.0", "1", "5"]
+    assert flows[1] == ["mrc", "h1", "h2", "600000", "600000", "0", "3", "1.6", "3000", "1", "5"]
 
 
 def test_summary_json_round_trips_strictly(result, tmp_path):

@@ -103,6 +103,7 @@ class TransportMetrics:
     expectations: dict[str, Any]
     ev_bytes: Mapping[str, Sequence[float]] = field(default_factory=dict)
     flows: list[dict[str, Any]] = field(default_factory=list)
+    flow_bins: Mapping[str, Sequence[float]] = field(default_factory=dict)  # "h1->h3": Mbps
 
     @property
     def lost_bytes(self) -> int:
@@ -150,7 +151,8 @@ def flow_entries(flows: Iterable[FlowRecord], end_s: float) -> list[dict[str, An
     goodput_mbps: acknowledged bytes over the flow's own active time, from its first post to
     its last acknowledgement, or to the end of the measurement if it did not finish (so an
     unfinished flow reads what it managed, not zero). fct_ms: first post to completion, null
-    if unfinished. A flow that never posted reads 0 Mbps."""
+    if unfinished. A flow that never posted reads 0 Mbps. start_s / end_s: its first post and
+    its completion (seconds from the workload's start; null if it never posted / finished)."""
     out = []
     for f in flows:
         if f.start_s is None:
@@ -164,6 +166,9 @@ def flow_entries(flows: Iterable[FlowRecord], end_s: float) -> list[dict[str, An
                 "src": f.src,
                 "dst": f.dst,
                 "bytes": f.bytes,
+                "acked_bytes": f.acked_bytes,
+                "start_s": _r(f.start_s, 6),
+                "end_s": _r(f.done_s, 6),
                 "goodput_mbps": _r(goodput),
                 "fct_ms": _r(fct),
                 "retransmits": dict(f.retransmits),
@@ -175,12 +180,17 @@ def flow_entries(flows: Iterable[FlowRecord], end_s: float) -> list[dict[str, An
 # --------------------------------------------------------------------------- time series
 
 
+def flow_name(src: str, dst: str) -> str:
+    """A flow's name in goodput.csv and the tidy frames: ``h1->h3``."""
+    return f"{src}->{dst}"
+
+
 def goodput_series(
-    deliveries: Iterable[tuple[float, int]], end_s: float, bin_s: float = BIN_S
+    deliveries: Iterable[tuple[float, float]], end_s: float, bin_s: float = BIN_S
 ) -> tuple[list[float], list[float]]:
     """(bin start times, Mbps per bin) over [0, end_s); samples outside are ignored."""
     nbins = max(1, math.ceil(end_s / bin_s - 1e-9))
-    acc = [0] * nbins
+    acc = [0.0] * nbins
     for t, nbytes in deliveries:
         k = int(t / bin_s)
         if 0 <= t and k < nbins:
@@ -490,6 +500,10 @@ def measure(
         expectations={},
         ev_bytes=run.ev_bytes,
         flows=flow_entries(run.flows, run.end_s),
+        flow_bins={
+            flow_name(src, dst): goodput_series(samples, run.end_s, bin_s)[1]
+            for (src, dst), samples in run.flow_deliveries.items()
+        },
     )
     metrics.expectations = check_expectations(
         scenario.expect,

@@ -354,36 +354,52 @@ def write_summary(out_dir: str | Path, summary: Mapping[str, Any]) -> Path:
     return path
 
 
+GOODPUT_CSV_COLUMNS = ("time_s", "transport", "flow", "src", "dst", "goodput_mbps")
+STEPS_CSV_COLUMNS = ("transport", "step", "step_ms", "finished")
+FLOWS_CSV_COLUMNS = (
+    "transport", "src", "dst", "bytes", "acked_bytes", "start_s", "end_s", "goodput_mbps",
+    "fct_ms", "finished", "retransmits",
+)  # fmt: skip
+"""The CSV headers (docs/results.md documents every column; `testbed.results` reads them)."""
+
+
+def _cell(value: float | None, fmt: str = ".9g") -> str:
+    """A number, or nothing: numeric columns never hold words (a flag column says why)."""
+    return "" if value is None else format(value, fmt)
+
+
 def write_timeseries_csv(
     out_dir: str | Path, metrics: Mapping[str, TransportMetrics]
 ) -> list[Path]:
-    """goodput.csv (time_s, one Mbps column per transport), step_times.csv (one row per step;
-    `step_ms` empty and `finished` 0 for a step that never ended) and flows.csv (one row per
-    flow; `fct_ms` empty and `finished` 0 likewise), for re-plotting and for comparing per-flow
-    figures with a simulator. Numeric columns hold numbers or nothing, never words."""
+    """goodput.csv, step_times.csv and flows.csv, in long form (one row per observation), for
+    re-plotting, for pandas (`testbed.results.load`) and for comparing per-flow figures with a
+    simulator. Numeric columns hold numbers or nothing, never words: a step or flow that never
+    finished has an empty `step_ms` / `fct_ms` / `end_s` and `finished` 0.
+
+    goodput.csv: one row per bin per transport (`flow` "all": what the metrics are computed
+    from) and, when the harness saw them, per bin per flow (`flow` "h1->h3", `src`, `dst`)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    names = list(metrics)
-    nbins = max((len(m.goodput_bins) for m in metrics.values()), default=0)
-    longest = max(metrics.values(), key=lambda m: len(m.bin_times), default=None)
-    times = longest.bin_times if longest is not None else []  # the fabric's bins (time scale)
     path = out_dir / "goodput.csv"
     with path.open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
-        w.writerow(["time_s", *(f"{n}_mbps" for n in names)])
-        for k in range(nbins):
-            row = [f"{times[k]:.9g}" if k < len(times) else f"{k * BIN_S:.3f}"]
-            for n in names:
-                bins = metrics[n].goodput_bins
-                row.append(f"{bins[k]:.3f}" if k < len(bins) else "")
-            w.writerow(row)
+        w.writerow(GOODPUT_CSV_COLUMNS)
+        for n, m in metrics.items():
+            times = m.bin_times or [k * BIN_S for k in range(len(m.goodput_bins))]
+            series = [("all", "", "", m.goodput_bins)]
+            for flow, bins in m.flow_bins.items():
+                src, _, dst = flow.partition("->")
+                series.append((flow, src, dst, bins))
+            for flow, src, dst, bins in series:
+                for t, v in zip(times, bins, strict=False):
+                    w.writerow([f"{t:.9g}", n, flow, src, dst, f"{v:.3f}"])
     written.append(path)
     if any(m.step_ms or m.steps_unfinished for m in metrics.values()):
         path = out_dir / "step_times.csv"
         with path.open("w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh)
-            w.writerow(["transport", "step", "step_ms", "finished"])
+            w.writerow(STEPS_CSV_COLUMNS)
             for n, m in metrics.items():
                 for i, v in enumerate(m.step_ms):
                     w.writerow([n, i, f"{v:.3f}", 1])
@@ -394,13 +410,13 @@ def write_timeseries_csv(
         path = out_dir / "flows.csv"
         with path.open("w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh)
-            w.writerow(["transport", "src", "dst", "bytes", "goodput_mbps", "fct_ms",
-                        "finished", "retransmits"])  # fmt: skip
+            w.writerow(FLOWS_CSV_COLUMNS)
             for n, m in metrics.items():
                 for f in m.flows:
                     fct = f["fct_ms"]
-                    w.writerow([n, f["src"], f["dst"], f["bytes"], f["goodput_mbps"],
-                                "" if fct is None else fct, int(fct is not None),
+                    w.writerow([n, f["src"], f["dst"], f["bytes"], _cell(f.get("acked_bytes")),
+                                _cell(f.get("start_s")), _cell(f.get("end_s")),
+                                _cell(f["goodput_mbps"]), _cell(fct), int(fct is not None),
                                 sum(f["retransmits"].values())])  # fmt: skip
         written.append(path)
     return written

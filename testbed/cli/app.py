@@ -34,7 +34,7 @@ from testbed.cli.commands import (
     cmd_up,
 )
 from testbed.experiment.errors import RunError
-from testbed.experiment.runner import COMPARE_BASELINES
+from testbed.experiment.runner import COMPARE_BASELINES, DATA_FORMATS
 from testbed.fabric import client
 from testbed.fabric.failures import CTL_USAGE, FailureError
 from testbed.fabric.lifecycle import FabricError
@@ -210,6 +210,14 @@ def _scenario_commands(sub) -> None:
             "--time-dilation",
             metavar="auto|N",
             help="override the scenario's emulation.time_dilation (docs/fidelity.md)",
+        )
+        rp.add_argument(
+            "--format",
+            dest="data_format",
+            choices=DATA_FORMATS,
+            default="csv",
+            help="csv (default): the CSVs; parquet: also the tidy frames of testbed.results as "
+            "<frame>.parquet in the results folder (docs/results.md)",
         )
         rp.add_argument(
             "--allow-invalid",

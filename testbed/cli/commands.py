@@ -292,6 +292,8 @@ def _finish_run(outcome, args: argparse.Namespace) -> int:
     print(f"\nresults: {outcome.out_dir}")
     print(f"  report:  {outcome.out_dir / 'report.md'}")
     print(f"  summary: {outcome.out_dir / 'summary.json'}")
+    for path in outcome.data:
+        print(f"  data:    {path}")
     for caption, path in outcome.plots.items():
         print(f"  plot:    {path}  ({caption})")
     judged = ", ".join(outcome.judged)
@@ -377,6 +379,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     outcome = run_experiment(
         sc, transports, out, progress=_progress(args), time_dilation=dilation,
         repeat=args.repeat, sweep=args.sweep_map, quick_run=args.quick,
+        data_format=args.data_format,
     )  # fmt: skip
     return _finish_run(outcome, args)
 
@@ -399,6 +402,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     outcome = run_experiment(
         sc, transports, out, judged=judged, progress=_progress(args), time_dilation=dilation,
         repeat=args.repeat, sweep=args.sweep_map, quick_run=args.quick,
+        data_format=args.data_format,
     )  # fmt: skip
     return _finish_run(outcome, args)
 

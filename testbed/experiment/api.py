@@ -57,6 +57,7 @@ def run_outcome(
     time_dilation: float | str | None = None,
     repeat: int | None = None,
     sweep: Mapping[str, Sequence[Any]] | None = None,
+    data_format: str = "csv",
 ) -> Outcome | RepeatedOutcome:
     """`run`, returning the whole outcome (summary, plots, pass/fail, validity): an `Outcome`
     for one run, a `RepeatedOutcome` for repetitions or a sweep."""
@@ -75,7 +76,7 @@ def run_outcome(
     out_dir = Path(out) if out is not None else default_out_dir(sc)
     return run_experiment(
         sc, chosen, out_dir, progress=progress, time_dilation=time_dilation,
-        repeat=repeat, sweep=sweep, quick_run=quick_run,
+        repeat=repeat, sweep=sweep, quick_run=quick_run, data_format=data_format,
     )  # fmt: skip
 
 
@@ -89,11 +90,13 @@ def run(
     time_dilation: float | str | None = None,
     repeat: int | None = None,
     sweep: Mapping[str, Sequence[Any]] | None = None,
+    data_format: str = "csv",
 ) -> dict[str, Any]:
     """Run a scenario once per transport on fresh fabrics and return its summary (the content
     of ``summary.json``); the results folder (report, CSVs, plots) is `out`, default
     ``results/NAME-TIMESTAMP``. `transports` defaults to the scenario's own. `time_dilation`
-    (auto or N) overrides the scenario's `emulation.time_dilation`. Needs root.
+    (auto or N) overrides the scenario's `emulation.time_dilation`. `data_format` "parquet"
+    also writes the tidy frames of `testbed.results` as `<frame>.parquet`. Needs root.
 
     `repeat` N (or the scenario's `seeds`): N runs, the summary holds medians with intervals
     (docs/results.md). `sweep` ({"events[0].percent": [0, 1, 2]}, or the scenario's own):
@@ -110,6 +113,7 @@ def run(
         time_dilation=time_dilation,
         repeat=repeat,
         sweep=sweep,
+        data_format=data_format,
     )
     summary = dict(outcome.summary)
     summary["out_dir"] = str(outcome.out_dir)

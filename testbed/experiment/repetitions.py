@@ -41,6 +41,7 @@ class RepeatedOutcome:
     plots: dict[str, Path]
     judged: list[str]
     runs: list[Outcome] = field(default_factory=list)
+    data: list[Path] = field(default_factory=list)  # the tidy frames written (--format parquet)
 
     @property
     def passed(self) -> bool:
@@ -79,34 +80,43 @@ def run_experiment(
     repeat: int | None = None,
     sweep: Mapping[str, Sequence[Any]] | None = None,
     quick_run: bool = False,
+    data_format: str = "csv",
 ) -> Outcome | RepeatedOutcome:
     """Whatever the scenario and options ask for: a sweep, a repeated run, or one run.
 
     `sc` is the scenario as written; `quick_run` shortens every run (after the sweep's values
-    are set). A single run gives the plain `Outcome` of `run_scenario`."""
+    are set). A single run gives the plain `Outcome` of `run_scenario`. With `data_format`
+    "parquet", the tidy frames of every run below `out_dir` go into `out_dir` (one set)."""
     progress = progress or Progress()
     points = sweep_points(sc, sweep) if (sweep or sc.sweep) else []
     seeds = seeds_for(sc, repeat)  # checked before anything is built
     created = first_missing(out_dir)
     try:
         if points:
-            return _run_sweep(
+            outcome: RepeatedOutcome = _run_sweep(
                 sc, points, transports, out_dir, judged, progress, time_dilation, repeat, quick_run
             )
-        sc = quick(sc) if quick_run else sc
-        if len(seeds) == 1:
-            return run_scenario(
-                _with_seed(sc, seeds[0]),
-                transports,
-                out_dir,
-                judged=judged,
-                progress=progress,
+        else:
+            sc = quick(sc) if quick_run else sc
+            if len(seeds) == 1:
+                return run_scenario(
+                    _with_seed(sc, seeds[0]),
+                    transports,
+                    out_dir,
+                    judged=judged,
+                    progress=progress,
+                    time_dilation=time_dilation,
+                    data_format=data_format,
+                )
+            outcome = run_repeated(
+                sc, seeds, transports, out_dir, judged=judged, progress=progress,
                 time_dilation=time_dilation,
-            )
-        return run_repeated(
-            sc, seeds, transports, out_dir, judged=judged, progress=progress,
-            time_dilation=time_dilation,
-        )  # fmt: skip
+            )  # fmt: skip
+        if data_format == "parquet":
+            from testbed.results import write_parquet  # pandas only when asked for
+
+            outcome.data = write_parquet(out_dir)
+        return outcome
     finally:
         hand_over(created, invoking_user())
 

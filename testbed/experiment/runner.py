@@ -85,6 +85,7 @@ from testbed.scenario.schema import KERNEL_TRANSPORTS
 
 MONITOR_S = 0.25  # switch queue sampling and progress refresh
 JITTER_TICK_S = 0.002  # the jitter probe's sleep
+DATA_FORMATS = ("csv", "parquet")  # --format: the CSVs always; parquet adds testbed.results' frames
 WAIT_GRACE_S = 0.5  # after duration_s, how long a finishing workload may still take to report
 
 
@@ -436,6 +437,7 @@ class Outcome:
     out_dir: Path
     plots: dict[str, Path]
     judged: list[str]
+    data: list[Path] = field(default_factory=list)  # the CSVs (and parquet files) written
 
     @property
     def passed(self) -> bool:
@@ -465,13 +467,16 @@ def run_scenario(
     progress: Progress | None = None,
     time_dilation: float | str | None = None,
     annotate: Mapping[str, Any] | None = None,
+    data_format: str = "csv",
 ) -> Outcome:
     """Run `sc` once per transport and write the results folder; nothing is left running.
 
     `annotate`: blocks added to summary.json as they are (a repetition's index and seed, a
     sweep point's values: testbed.experiment.repetitions).
 
-    `time_dilation` (auto or N) overrides the scenario's `emulation.time_dilation`. A judged
+    `time_dilation` (auto or N) overrides the scenario's `emulation.time_dilation`.
+    `data_format` "parquet" also writes the tidy frames (`testbed.results`) as
+    `<frame>.parquet` in `out_dir`; the CSVs are always written. A judged
     kernel transport at N > 1 is refused before anything is built; an unjudged one (compare's
     baselines) runs at N = 1 if the fabric fits there, else is skipped with the reason."""
     progress = progress or Progress()
@@ -485,10 +490,18 @@ def run_scenario(
             f"and this run needs {dilation.describe()}; run it at --time-dilation 1 or "
             "compare it as a baseline"
         )
+    if data_format not in DATA_FORMATS:
+        raise RunError(f"--format: {data_format!r} is not one of {', '.join(DATA_FORMATS)}")
     created = first_missing(out_dir)  # what this run creates, handed to the sudo user at the end
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        return _run_all(sc, transports, out_dir, judged, progress, dilation, annotate or {})
+        outcome = _run_all(sc, transports, out_dir, judged, progress, dilation, annotate or {})
+        if data_format == "parquet":
+            # pandas loads in ~0.3 s: only runs that ask for parquet pay for it.
+            from testbed.results import write_parquet
+
+            outcome.data += write_parquet(out_dir)
+        return outcome
     finally:
         hand_over(created, invoking_user())  # also what an aborted run left
 
@@ -559,7 +572,7 @@ def _run_all(
             entry["path_share"] = path_share_entry(sc.fabric(), r.switch_counters)
 
     write_summary(out_dir, summary)
-    write_timeseries_csv(out_dir, metrics)
+    data = write_timeseries_csv(out_dir, metrics)
     plots = plot_run(
         out_dir,
         metrics,
@@ -589,7 +602,7 @@ def _run_all(
             + " -- these numbers are the machine's, not the network's"
         )
     judged = [t for t in (judged or transports) if t in results]
-    return Outcome(summary, metrics, out_dir, plots, judged)
+    return Outcome(summary, metrics, out_dir, plots, judged, data)
 
 
 def _run_judged(

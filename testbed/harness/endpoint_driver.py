@@ -179,6 +179,7 @@ def endpoint_run(
     """What `measure` needs, from every host's metrics records and final job status."""
 
     deliveries: list[tuple[float, int]] = []
+    by_flow: dict[tuple[str, str], list[tuple[float, float]]] = {}
     messages: list[Message] = []
     retransmits: dict[str, int] = {}
     steps: list[tuple[float, float | None]] = []
@@ -187,6 +188,8 @@ def endpoint_run(
     retirements = 0
     for host, recs in records.items():
         deliveries += [(t - t0, n) for t, n in placed_samples(recs, JOB)]
+        for src, samples in flow_samples(recs, JOB).items():
+            by_flow.setdefault((src, host), []).extend((t - t0, n) for t, n in samples)
         last: dict[tuple, dict] = {}
         for r in recs:
             kind = r.get("type")
@@ -240,8 +243,32 @@ def endpoint_run(
         steps=steps,
         ev_bytes=ev_bytes,
         flows=flow_records(records, statuses, t0, expected),
+        flow_deliveries={k: sorted(v) for k, v in sorted(by_flow.items())},
         ev_retirements=retirements,
     )
+
+
+def flow_samples(records: Sequence[dict], job: int) -> dict[str, list[tuple[float, float]]]:
+    """(time, bytes placed) per sending peer, from a receiver's ``bin`` records.
+
+    A bin record counts the bytes placed per peer (``by_peer``) over the whole bin and all peers
+    together per millisecond (``ms``); each peer's share is spread over the milliseconds in
+    proportion, so a per-flow series keeps the 1 ms resolution of the total."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    for r in records:
+        if r.get("type") != "bin" or r.get("job") != job:
+            continue
+        peers = r.get("by_peer") or {}
+        total = sum(r["ms"])
+        if not peers or total <= 0:
+            continue
+        sub = r["dt"] / len(r["ms"])
+        for peer, nbytes in peers.items():
+            samples = out.setdefault(peer, [])
+            for i, n in enumerate(r["ms"]):
+                if n:
+                    samples.append((r["t"] + i * sub, nbytes * n / total))
+    return out
 
 
 def path_namer(sc: Scenario, seed: int) -> Callable[[str, str, int], str]:

@@ -727,6 +727,7 @@ class KernelBaseline:
             for port, t in server_anchors(list(srv.child.lines)).items():
                 anchors[(srv.host, port)] = t
         deliveries: list[tuple[float, int]] = []
+        by_flow: dict[tuple[str, str], list[tuple[float, float]]] = {}
         messages: list[Message] = []
         done_by_hop: dict[int, float | None] = {}
         rows = []
@@ -765,7 +766,9 @@ class KernelBaseline:
                 how = "server" if by_server <= by_exit else "exit"
                 anchor = max(min(by_server, by_exit), launched)
                 samples, done = spread(receiver_intervals(doc), anchor - t0, hop.flow.bytes)
-                deliveries += [(min(max(t, 0.0), end_s), n) for t, n in samples]
+                clipped = [(min(max(t, 0.0), end_s), n) for t, n in samples]
+                deliveries += clipped
+                by_flow.setdefault((hop.flow.src, hop.flow.dst), []).extend(clipped)
                 sent = doc.get("end", {}).get("sum_sent", {})
                 json_retrans += int(sent.get("retransmits", 0) or 0)
                 row.update(
@@ -832,6 +835,7 @@ class KernelBaseline:
             trims=0,
             steps=steps if self.allreduce else (),
             flows=kernel_flow_records(rows),
+            flow_deliveries={k: sorted(v) for k, v in sorted(by_flow.items())},
         )
 
     def stop(self) -> None:

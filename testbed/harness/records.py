@@ -51,6 +51,8 @@ class TransportRun:
     trims: trimmed packets counted by the switches while this transport ran.
     ev_bytes: optional per-EV (or per-path) sent bytes in `BIN_S` bins, for plots only.
     flows: one record per flow, for per-flow goodput and completion times.
+    flow_deliveries: optional (time, bytes delivered) samples per flow (src, dst), for the
+    per-flow goodput series of goodput.csv and `testbed.results` (the metrics use `deliveries`).
     """
 
     transport: str
@@ -62,4 +64,7 @@ class TransportRun:
     steps: Sequence[tuple[float, float | None]] = ()
     ev_bytes: Mapping[str, Sequence[float]] = field(default_factory=dict)
     flows: Sequence[FlowRecord] = ()
+    flow_deliveries: Mapping[tuple[str, str], Sequence[tuple[float, float]]] = field(
+        default_factory=dict
+    )
     ev_retirements: int = 0  # EVs that went FAILED, over every connection (endpoint transports)
