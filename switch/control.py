@@ -14,6 +14,8 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from switch.impairment import ImpairmentSpec, impair
+
 if TYPE_CHECKING:
     from switch.dataplane import Switch
 
@@ -107,6 +109,7 @@ PORT_KEYS = {
     "rx_loss_pct",
     "rate_mbps",
     "heal",
+    "impair",
 }
 OP_KEYS = {
     "ping": {"op"},
@@ -187,6 +190,10 @@ def _port(switch: Switch, req: dict) -> dict:
     if "rate_mbps" in req:
         rate = _number(req, "rate_mbps", 0.001, 100_000)
         changes.append(lambda: port.set_rate(rate))
+    if "impair" in req:
+        # {...}: stochastic impairments (switch/impairment.py), replacing any; null: none.
+        spec = None if req["impair"] is None else ImpairmentSpec.from_dict(req["impair"])
+        changes.append(lambda: impair(port, spec))
     for change in changes:
         change()
     switch.refresh()

@@ -29,6 +29,7 @@ TTL_EXPIRED = "ttl_expired"
 SWITCH_DOWN = "switch_down"
 RX_LOSS = "rx_loss"
 RX_BLACKHOLE = "rx_blackhole"
+RX_BAD_FRAME = "rx_bad_frame"
 LOCAL = "local"  # addressed to the switch and not an echo request: consumed, counted
 
 
@@ -237,6 +238,13 @@ class Switch:
             return
         reason = frames.classify(frame)
         if reason is not None:
+            if reason == frames.BAD_CHECKSUM:
+                # Damaged on the link into this port (switch/impairment.py corrupts frames so):
+                # counted where a NIC counts an FCS error, on the receiving port.
+                c.drop(RX_BAD_FRAME)
+                if self.debug_log is not None:
+                    self._debug("drop", RX_BAD_FRAME, frame)
+                return
             self._drop(reason, frame)
             return
         dst = bytes(frame[30:34])
@@ -314,8 +322,7 @@ class Switch:
         self.up = up
         if not up:
             for port in self.ports:
-                n = port.queue.flush() + len(port.inflight)
-                port.inflight.clear()
+                n = port.flush()
                 if n:
                     port.counters.drop(SWITCH_DOWN, n)
         self.refresh()

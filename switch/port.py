@@ -65,6 +65,7 @@ class PortCounters:
         "tx_packets",
         "tx_bytes",
         "drops",
+        "impairments",
     )
 
     def __init__(self) -> None:
@@ -73,9 +74,14 @@ class PortCounters:
         self.tx_packets = 0
         self.tx_bytes = 0
         self.drops: dict[str, int] = {}
+        # Frames a stochastic impairment touched without dropping them (switch/impairment.py).
+        self.impairments: dict[str, int] = {}
 
     def drop(self, reason: str, n: int = 1) -> None:
         self.drops[reason] = self.drops.get(reason, 0) + n
+
+    def count(self, impairment: str) -> None:
+        self.impairments[impairment] = self.impairments.get(impairment, 0) + 1
 
 
 class Port:
@@ -90,7 +96,7 @@ class Port:
         "index", "name", "mac", "peer_mac", "nominal_rate_mbps", "nominal_delay_us", "queue",
         "transmit", "rng", "counters", "up", "blackhole", "loss", "rx_up", "rx_blackhole",
         "rx_loss", "busy_until", "inflight", "rate_mbps", "sec_per_byte", "delay_s", "rx_clean",
-        "direct", "early", "catch_up", "active", "seq",
+        "direct", "early", "catch_up", "active", "seq", "impair",
     )  # fmt: skip
 
     def __init__(
@@ -137,6 +143,8 @@ class Port:
         # and so a pass over the egress timers visits busy ports only.
         self.active: set[Port] = set()
         self.seq = index  # its place in the loop's order of service (switch/loop.py sets it)
+        # Stochastic impairments (switch/impairment.py): while set, the port is an ImpairedPort.
+        self.impair = None
         self.refresh()
 
     def refresh(self) -> None:
@@ -149,6 +157,7 @@ class Port:
         """
         self.rx_clean = self.rx_up and not self.rx_blackhole and not self.rx_loss
         self.direct = self.up and not self.blackhole and not self.loss and self.delay_s == 0.0
+        # (An ImpairedPort is never direct: it overrides this.)
 
     def set_rate(self, mbps: float) -> None:
         self.rate_mbps = mbps
@@ -165,12 +174,19 @@ class Port:
         self.loss = self.rx_loss = 0.0
         self.set_rate(self.nominal_rate_mbps)
         self.delay_s = self.nominal_delay_us / 1e6
+        if self.impair is not None:
+            self.impair.clear(self)
         self.refresh()
+
+    def flush(self) -> int:
+        """Forget every frame queued or in flight; returns how many (the caller counts them)."""
+        n = self.queue.flush() + len(self.inflight)
+        self.inflight.clear()
+        return n
 
     def set_down(self) -> None:
         self.up = False
-        dropped = self.queue.flush() + len(self.inflight)
-        self.inflight.clear()
+        dropped = self.flush()
         if dropped:
             self.counters.drop(DROP_LINK_DOWN, dropped)
         self.refresh()
@@ -267,6 +283,7 @@ class Port:
             "tx_packets": c.tx_packets,
             "tx_bytes": c.tx_bytes,
             "drops": dict(c.drops),
+            "impairments": dict(c.impairments),
             "trims": q.trims,
             "ecn_marks": q.ecn_marks,
             "queue_bytes": q.data_bytes,
@@ -282,5 +299,6 @@ class Port:
                 "rx_loss_pct": self.rx_loss * 100,
                 "rate_mbps": self.rate_mbps,
                 "delay_us": self.delay_s * 1e6,
+                "impair": self.impair.spec.to_dict() if self.impair is not None else None,
             },
         }

@@ -147,7 +147,7 @@ def test_host_that_does_not_exist():
         ({"workload.src": "leaf1"}, "workload.src: no host named leaf1"),
         (
             {"events.0.action": "link-dwn"},
-            "events[0].action: unknown action 'link-dwn' (one of link-down, link-up, blackhole, loss, degrade, flap, heal, switch-down, switch-up, plane-down, plane-up)",
+            "events[0].action: unknown action 'link-dwn' (one of link-down, link-up, blackhole, loss, degrade, flap, heal, impair, switch-down, switch-up, plane-down, plane-up)",
         ),
         ({"events.0.action": ...}, "events[0].action: required"),
         (

@@ -291,6 +291,7 @@ def test_degrade_changes_spacing_and_heal_restores_nominal() -> None:
         "rx_loss_pct": 0.0,
         "rate_mbps": 100.0,
         "delay_us": pytest.approx(20.0),
+        "impair": None,
     }
     # Degraded: 10 Mbps spacing; healed: 100 Mbps spacing.
     port.set_rate(10.0)

@@ -14,11 +14,12 @@ black-holed until the link returns, as in a real statically routed fabric.
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
 
 from topologies import Fabric, TopologyError
 
-LINK_ACTIONS = ("link-down", "link-up", "blackhole", "loss", "degrade", "flap", "heal")
+LINK_ACTIONS = ("link-down", "link-up", "blackhole", "loss", "degrade", "flap", "heal", "impair")
 NODE_ACTIONS = ("switch-down", "switch-up")
 PLANE_ACTIONS = ("plane-down", "plane-up")
 ACTIONS = LINK_ACTIONS + NODE_ACTIONS + PLANE_ACTIONS
@@ -94,7 +95,12 @@ def plan(
     mbps: float | None = None,
     period_ms: float | None = None,
     count: int | None = None,
+    impair: dict | None = None,
+    seed: int = 1,
 ) -> Plan:
+    """The steps of `action`. `impair`: the stochastic impairments of an `impair` action
+    (switch/impairment.py's keys but `seed`); `seed`: the scenario's (or fabric's) seed, from
+    which each impaired direction's RNG seed is derived (`impair_seed`)."""
     if action not in ACTIONS:
         raise FailureError(f"action: unknown {action!r}; one of {', '.join(ACTIONS)}")
     p = Plan(action)
@@ -132,6 +138,18 @@ def plan(
                     for src, dst in dirs
                     if not _is_switch(fab, src)
                 ]
+        elif action == "impair":
+            if not isinstance(impair, dict) or not impair:
+                raise FailureError("impair: needs the impairments, e.g. {'jitter_us': 20}")
+            for src, dst in dirs:
+                if not _is_switch(fab, src):
+                    raise FailureError(
+                        f"impair: {src} is a host, which has no switch to impair what it sends; "
+                        f"give direction [{dst}, {src}] (impairments act at a sending switch)"
+                    )
+                port = fab.interface(src, dst).name
+                req = {"impair": {**impair, "seed": impair_seed(seed, src, dst)}}
+                p.steps.append(SwitchStep(src, {"op": "port", "port": port, **req}))
         elif action == "flap":
             if period_ms is None or not period_ms >= 2:
                 raise FailureError(f"flap: period_ms must be >= 2, got {period_ms}")
@@ -153,6 +171,12 @@ def plan(
     return p
 
 
+def impair_seed(seed: int, src: str, dst: str) -> int:
+    """The RNG seed of the impairments of direction src -> dst: fixed by (seed, direction),
+    so a rerun with the same seed draws the same fates, and each direction its own."""
+    return zlib.crc32(f"{seed}:impair:{src}->{dst}".encode())
+
+
 def _switch_steps(fab: Fabric, switches: list[str], up: bool) -> list:
     """A dead switch drops everything, and its neighbours see carrier loss on the ports facing it."""
     steps = [SwitchStep(s, {"op": "switch", "up": up}) for s in switches]
@@ -167,6 +191,8 @@ def _switch_steps(fab: Fabric, switches: list[str], up: bool) -> list:
 CTL_USAGE = """actions:
   link-down A B | link-up A B | blackhole A B | heal A B
   loss A B PERCENT | degrade A B MBPS | flap A B PERIOD_MS [COUNT]
+  impair A B KEY=VALUE... (jitter_us, jitter_distribution, jitter_reorder, reorder_percent,
+         reorder_delay_us, corrupt_percent, duplicate_percent, ge=P,R[,LOSS_GOOD,LOSS_BAD])
   switch-down NODE | switch-up NODE | plane-down K | plane-up K
   link actions take --direction FROM,TO to act on one direction only (e.g. the ACK path)"""
 
@@ -202,6 +228,9 @@ def ctl_request(action: str, rest: list[str], direction: str | None = None) -> d
             raise FailureError(f"ctl {action}: needs a plane number")
         req["plane"] = int(rest[0])
         rest = []
+    if action == "impair":
+        req["impair"] = _impair_words(rest)
+        return req
     required = [w for w in want if not w.endswith("?")]
     if len(rest) < len(required) or len(rest) > len(want):
         raise FailureError(
@@ -216,3 +245,42 @@ def ctl_request(action: str, rest: list[str], direction: str | None = None) -> d
                 f"ctl {action}: {key.upper()} must be a number, got {value!r}"
             ) from None
     return req
+
+
+_IMPAIR_WORDS = {
+    "jitter_us": float,
+    "jitter_distribution": str,
+    "jitter_reorder": lambda v: {"true": True, "false": False}[v.lower()],
+    "reorder_percent": float,
+    "reorder_delay_us": float,
+    "corrupt_percent": float,
+    "duplicate_percent": float,
+}
+
+
+def _impair_words(words: list[str]) -> dict:
+    """``jitter_us=20 ge=1,25`` -> the `impair` mapping (the switch checks the ranges)."""
+    if not words:
+        raise FailureError("ctl impair: expected KEY=VALUE impairments after the link")
+    out: dict = {}
+    for word in words:
+        key, eq, value = word.partition("=")
+        try:
+            if key == "ge":
+                nums = [float(x) for x in value.split(",")]
+                if not 1 <= len(nums) <= 4:
+                    raise ValueError
+                out["gilbert_elliott"] = dict(
+                    zip(("p", "r", "loss_good", "loss_bad"), nums, strict=False)
+                )
+            elif eq and key in _IMPAIR_WORDS:
+                out[key] = _IMPAIR_WORDS[key](value)
+            else:
+                raise KeyError(key)
+        except KeyError:
+            raise FailureError(
+                f"ctl impair: unknown {key!r}; one of ge, {', '.join(_IMPAIR_WORDS)}"
+            ) from None
+        except ValueError:
+            raise FailureError(f"ctl impair: bad value in {word!r}") from None
+    return out

@@ -40,6 +40,7 @@ class Supervisor:
         self.dir = run_dir(name)
         self.fabric = leaf_spine(params)
         self.time_dilation = time_dilation
+        self.seed = seed  # impairments' RNGs derive from it (failures.impair_seed)
         self.state = FabricState(
             name=name,
             params=self.fabric.to_dict()["params"],
@@ -135,9 +136,21 @@ class Supervisor:
     def ctl(self, req: dict) -> dict:
         args = {
             k: req[k]
-            for k in ("link", "direction", "node", "plane", "percent", "mbps", "period_ms", "count")
+            for k in (
+                "link",
+                "direction",
+                "node",
+                "plane",
+                "percent",
+                "mbps",
+                "period_ms",
+                "count",
+                "impair",
+                "seed",
+            )  # fmt: skip
             if req.get(k) is not None
         }
+        args.setdefault("seed", self.seed)
         for k in ("link", "direction"):
             if k in args:
                 args[k] = tuple(args[k])

@@ -16,7 +16,7 @@ def quick(sc: Scenario, factor: float = QUICK_FACTOR) -> Scenario:
 
     Scaled by `factor`: duration_s, every event time, the bytes of bulk/permutation/incast/
     alltoall (so each transfer still spans the same events at the same rates), the number of
-    allreduce steps and of flap cycles (rounded up, at least 1). Kept: every rate, queue, per-step
+    allreduce steps and of flap cycles (rounded up, at least 1), and the times of random failures. Kept: every rate, queue, per-step
     size and flap period, and every expectation -- stall and failover limits are physical
     timer and detection times, which must not shrink with the timeline.
     """
@@ -33,4 +33,10 @@ def quick(sc: Scenario, factor: float = QUICK_FACTOR) -> Scenario:
         e["at"] = round(e["at"] * factor, 6)
         if e["action"] == "flap":
             e["count"] = max(1, math.ceil(e["count"] * factor))
+    # Random failures: every time of the process scales, so the same seed draws the same
+    # failures at `factor` times the times (an exponential draw scales with its mean).
+    for rf in data.get("random_failures", []):
+        for key in ("mtbf_s", "mttr_s", "from_s", "until_s"):
+            if rf.get(key) is not None:
+                rf[key] = rf[key] * factor
     return validate(data)

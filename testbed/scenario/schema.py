@@ -34,6 +34,7 @@ from contracts.workloads import (
     PermutationWorkload,
     Workload,
 )
+from testbed.scenario.random_failures import RandomFailureSpec, failure_events
 from topologies import Fabric, TopologyParams, leaf_spine
 
 __all__ = [
@@ -57,6 +58,8 @@ __all__ = [
     "Expect",
     "Flap",
     "Heal",
+    "Impair",
+    "RandomFailureSpec",
     "IncastWorkload",
     "LinkDown",
     "LinkEvent",
@@ -242,6 +245,93 @@ class Heal(LinkEvent):
     action: Literal["heal"]
 
 
+class GilbertElliottSpec(StrictModel):
+    """Bursty loss (percentages per frame, as netem's `loss gemodel p r 1-h 1-k`): Good -> Bad
+    with `p`, Bad -> Good with `r`; a frame is lost with `loss_good` or `loss_bad` in each
+    state. The defaults (0, 100) are the Gilbert model: loss rate p/(p+r), bursts of 1/r."""
+
+    p: float = Field(ge=0, le=100, allow_inf_nan=False)
+    r: float = Field(default=100.0, ge=0, le=100, allow_inf_nan=False)
+    loss_good: float = Field(default=0.0, ge=0, le=100, allow_inf_nan=False)
+    loss_bad: float = Field(default=100.0, ge=0, le=100, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _leaves_bad(self) -> GilbertElliottSpec:
+        if self.p > 0 and self.r == 0:
+            raise ValueError("r: 0 with p > 0 never leaves the Bad state")
+        return self
+
+
+IMPAIR_KEYS = (
+    "gilbert_elliott", "jitter_us", "jitter_distribution", "jitter_reorder", "reorder_percent",
+    "reorder_delay_us", "corrupt_percent", "duplicate_percent",
+)  # fmt: skip
+
+
+class Impair(LinkEvent):
+    """Stochastic impairments of a link direction, seeded from the scenario's seed and the
+    direction (switch/impairment.py): each event replaces the direction's impairments, `heal`
+    clears them. Times are virtual microseconds. Counts as a failure (for `max_failover_ms`)
+    when it loses or damages frames -- Gilbert-Elliott loss or corruption -- not for jitter,
+    reordering or duplication alone, which a transport need not fail over from."""
+
+    action: Literal["impair"]
+    gilbert_elliott: GilbertElliottSpec | None = None
+    jitter_us: float = Field(default=0.0, ge=0, le=10_000_000, allow_inf_nan=False)
+    jitter_distribution: Literal["uniform", "normal"] = "uniform"
+    jitter_reorder: bool = False  # netem's jitter reorders; by default this one keeps the order
+    reorder_percent: float = Field(default=0.0, ge=0, le=100, allow_inf_nan=False)
+    reorder_delay_us: float = Field(default=0.0, ge=0, le=10_000_000, allow_inf_nan=False)
+    corrupt_percent: float = Field(default=0.0, ge=0, le=100, allow_inf_nan=False)
+    duplicate_percent: float = Field(default=0.0, ge=0, le=100, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _something_and_consistent(self) -> Impair:
+        if self.reorder_percent > 0 and self.reorder_delay_us <= 0:
+            raise ValueError("reorder_delay_us: must be > 0 when reorder_percent is set")
+        if not any(
+            (self.gilbert_elliott, self.jitter_us, self.reorder_percent, self.corrupt_percent,
+             self.duplicate_percent)
+        ):  # fmt: skip
+            raise ValueError(
+                "impair: names no impairment (gilbert_elliott, jitter_us, reorder_percent, "
+                "corrupt_percent or duplicate_percent)"
+            )
+        return self
+
+    @property
+    def is_failure(self) -> bool:
+        ge = self.gilbert_elliott
+        lossy = ge is not None and (ge.loss_good > 0 or (ge.p > 0 and ge.loss_bad > 0))
+        return lossy or self.corrupt_percent > 0
+
+    def impairments(self) -> dict[str, Any]:
+        """The switch's `impair` request without its seed (the planner adds it)."""
+        return self.model_dump(include=set(IMPAIR_KEYS), exclude_none=True)
+
+    def plan_kwargs(self) -> dict[str, Any]:
+        kwargs = super().plan_kwargs()
+        for key in IMPAIR_KEYS:
+            kwargs.pop(key, None)
+        kwargs["impair"] = self.impairments()
+        return kwargs
+
+    def describe(self) -> str:
+        parts = []
+        if self.gilbert_elliott is not None:
+            g = self.gilbert_elliott
+            parts.append(f"GE p={g.p:g}% r={g.r:g}%")
+        if self.jitter_us:
+            parts.append(f"jitter {self.jitter_us:g}us")
+        if self.reorder_percent:
+            parts.append(f"reorder {self.reorder_percent:g}%")
+        if self.corrupt_percent:
+            parts.append(f"corrupt {self.corrupt_percent:g}%")
+        if self.duplicate_percent:
+            parts.append(f"dup {self.duplicate_percent:g}%")
+        return f"impair {', '.join(parts)} {self._where()}"
+
+
 class SwitchEvent(_EventBase):
     node: NodeName
 
@@ -282,13 +372,14 @@ Event = Annotated[
     | Degrade
     | Flap
     | Heal
+    | Impair
     | SwitchDown
     | SwitchUp
     | PlaneDown
     | PlaneUp,
     Field(discriminator="action"),
 ]
-LINK_EVENTS = (LinkDown, LinkUp, Blackhole, Loss, Degrade, Flap, Heal)
+LINK_EVENTS = (LinkDown, LinkUp, Blackhole, Loss, Degrade, Flap, Heal, Impair)
 
 
 def _by_tag(models: Iterable[type[BaseModel]], tag: str) -> dict[str, type[BaseModel]]:
@@ -435,6 +526,8 @@ class Scenario(StrictModel):
     emulation: EmulationSpec = EmulationSpec()
     controller: ControllerSpec = ControllerSpec()
     events: list[Event] = []
+    # Failure processes drawn from the seed into events of the timeline (random_failures.py).
+    random_failures: list[RandomFailureSpec] = []
     expect: Expect = Expect()
 
     _fabric: Fabric | None = PrivateAttr(default=None)
@@ -509,9 +602,15 @@ class Scenario(StrictModel):
             self._fabric = leaf_spine(self.topology.params())
         return self._fabric
 
+    def random_events(self) -> list[Event]:
+        """The events `random_failures` draws from the seed (the same on every call)."""
+        drawn = failure_events(self.fabric(), self.random_failures, self.seed, self.duration_s)
+        return [EVENT_MODELS[d["action"]].model_validate(d) for d in drawn]  # type: ignore[misc]
+
     def timeline(self) -> list[Event]:
-        """Events in the order they are applied (stable for equal times, as written)."""
-        return sorted(self.events, key=lambda e: e.at)
+        """Events in the order they are applied (stable for equal times: the written ones
+        first, as written, then the drawn ones)."""
+        return sorted([*self.events, *self.random_events()], key=lambda e: e.at)
 
     def hosts(self) -> list[str]:
         return self.fabric().hosts()

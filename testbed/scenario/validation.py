@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from contracts.schema import format_loc, reason_of
 from contracts.workloads import WorkloadSpecError, check_hosts
 from testbed.scenario.key_paths import SweepError, grid, point_data
+from testbed.scenario.random_failures import RandomFailureSpec, targets
 from testbed.scenario.schema import (
     ACTIONS,
     ENDPOINT_TRANSPORT_NAMES,
@@ -37,6 +38,7 @@ from testbed.scenario.schema import (
     Event,
     Expect,
     Flap,
+    Impair,
     IncastWorkload,
     LinkEvent,
     PlaneEvent,
@@ -262,6 +264,9 @@ def _check_meaning(sc: Scenario) -> None:
     _collect(issues, lambda: _check_workload(sc, fabric))
     for i, event in enumerate(sc.events):
         _collect(issues, lambda i=i, event=event: _check_event(f"events[{i}]", event, sc, fabric))
+    for i, spec in enumerate(sc.random_failures):
+        _collect(issues, lambda i=i, spec=spec: _check_random(f"random_failures[{i}]", spec, sc))
+    _collect(issues, lambda: _check_random_overlap(sc))
     _collect(issues, lambda: _check_expect(sc))
     _collect(issues, lambda: _check_emulation(sc))
     if not issues and sc.sweep:  # each point is checked as a scenario: only a sound base
@@ -292,7 +297,9 @@ def _check_expect(sc: Scenario) -> None:
                 "expect.max_p100_over_p50", f"needs step times; the {w.kind} workload has no steps"
             )
         )
-    if sc.expect.max_failover_ms is not None and not any(e.is_failure for e in sc.events):
+    if sc.expect.max_failover_ms is not None and not any(
+        e.is_failure for e in [*sc.events, *_drawn(sc)]
+    ):
         issues.append(Issue("expect.max_failover_ms", "the timeline has no failure event"))
     if issues:
         raise ScenarioError(issues[0].path, issues[0].reason, issues=issues)
@@ -363,6 +370,14 @@ def _check_event(path: str, event: Event, sc: Scenario, fabric: Fabric) -> None:
                 f"{path}.direction",
                 f"[{', '.join(event.direction)}] is not a direction of link [{a}, {b}]",
             )
+        if isinstance(event, Impair):
+            for src, dst in [event.direction] if event.direction else [(a, b), (b, a)]:
+                if fabric.nodes[src].kind == "host":
+                    raise ScenarioError(
+                        f"{path}.direction",
+                        f"{src} is a host, which has no switch to impair what it sends: give "
+                        f"direction: [{dst}, {src}] (impairments act at a sending switch)",
+                    )
         if isinstance(event, Flap) and event.end_s > sc.duration_s:
             raise ScenarioError(
                 f"{path}.count",
@@ -381,6 +396,76 @@ def _check_event(path: str, event: Event, sc: Scenario, fabric: Fabric) -> None:
             raise ScenarioError(
                 f"{path}.plane", f"no plane {event.plane} (topology.planes {planes})"
             )
+
+
+def _drawn(sc: Scenario) -> list:
+    """The random failures' events, or none if a spec names something the fabric lacks (its
+    own check reports that)."""
+    try:
+        return sc.random_events()
+    except Exception:  # noqa: BLE001 - reported by _check_random
+        return []
+
+
+def _check_random(path: str, spec: RandomFailureSpec, sc: Scenario) -> None:
+    """Names against the fabric, times against the duration, one issue per mistake."""
+    fabric = sc.fabric()
+    issues: list[Issue] = []
+    if isinstance(spec.links, list):
+        for j, (a, b) in enumerate(spec.links):
+            where = f"{path}.links[{j}]"
+            missing = [n for n in (a, b) if n not in fabric.nodes]
+            if missing:
+                hint = _plane_hint(missing[0], sc)
+                issues.append(Issue(where, f"no node named {missing[0]}{hint}"))
+                continue
+            try:
+                fabric.link_between(a, b)
+            except TopologyError:
+                issues.append(Issue(where, f"{a} and {b} are not adjacent"))
+    if isinstance(spec.switches, list):
+        for j, name in enumerate(spec.switches):
+            node = fabric.nodes.get(name)
+            if node is None or node.kind == "host":
+                what = "a host, not a switch" if node else f"not a switch{_plane_hint(name, sc)}"
+                issues.append(Issue(f"{path}.switches[{j}]", f"{name} is {what}"))
+    if isinstance(spec.planes, list):
+        for j, plane in enumerate(spec.planes):
+            if plane > sc.topology.planes:
+                issues.append(
+                    Issue(
+                        f"{path}.planes[{j}]",
+                        f"no plane {plane} (topology.planes {sc.topology.planes})",
+                    )
+                )
+    if spec.from_s >= sc.duration_s:
+        issues.append(
+            Issue(
+                f"{path}.from_s",
+                f"{spec.from_s:g} is not before the end (duration_s {sc.duration_s:g})",
+            )
+        )
+    if issues:
+        raise ScenarioError(issues[0].path, issues[0].reason, issues=issues)
+
+
+def _check_random_overlap(sc: Scenario) -> None:
+    """Two failure processes on one element would repair each other's failures."""
+    seen: dict[str, int] = {}
+    fabric = sc.fabric()
+    for i, spec in enumerate(sc.random_failures):
+        try:
+            elements = targets(fabric, spec)
+        except Exception:  # noqa: BLE001 - reported by _check_random
+            continue
+        for e in elements:
+            key = "-".join(sorted(map(str, e))) if isinstance(e, list) else str(e)
+            if key in seen and seen[key] != i:
+                raise ScenarioError(
+                    f"random_failures[{i}]",
+                    f"{key} is already failed at random by random_failures[{seen[key]}]",
+                )
+            seen[key] = i
 
 
 def _plane_hint(name: str, sc: Scenario) -> str:
