@@ -41,7 +41,7 @@ from endpoint.process_config import ConfigError, EndpointConfig, job_transport_c
 from endpoint.transport import Endpoint
 from endpoint.workloads import Job
 
-_JOB_KEYS = {"op", "job", "workload", "mode", "evs", "ev_base", "transport", "go"}
+_JOB_KEYS = {"op", "job", "workload", "mode", "evs", "ev_base", "transport", "go", "msg_records"}
 
 
 EVENTS_MAX = 4096
@@ -173,6 +173,7 @@ class EndpointProcess:
                 "deny": self._deny,
                 "allow": self._allow,
                 "events": self._events,
+                "drain": self._drain,
             },
             clock=self.clock,
         )
@@ -431,6 +432,7 @@ class EndpointProcess:
                     }
                 )
             self._ev_seen[qp] = len(st.ev_transitions)
+            self._release_transitions(qp, st.ev_transitions)
         last = self._rtt_seen.get(qp, float("-inf"))
         new = []
         for at, rtt in reversed(st.rtt_samples):
@@ -443,6 +445,18 @@ class EndpointProcess:
             w.write(
                 {"type": "rtt", "t": now, "job": job.job_id, "peer": conn.peer, **rtt_summary(new)}
             )
+
+    def _release_transitions(self, qp: int, trs: list) -> None:
+        """Forget EV transitions already written, once they are more than two `events` reads'
+        worth: the list would otherwise grow for as long as failures keep coming (a soak). An
+        `events` reader that far behind loses only what that op would have dropped anyway."""
+        if len(trs) <= 2 * EVENTS_MAX:
+            return
+        gone = len(trs) - EVENTS_MAX
+        del trs[:gone]
+        self._ev_seen[qp] -= gone
+        if qp in self._events_seen:
+            self._events_seen[qp] = max(0, self._events_seen[qp] - gone)
 
     def _write_ev_tx(self, now: float) -> None:
         """The bin just closed: bytes sent per destination address and EV (``evtx``)."""
@@ -514,6 +528,16 @@ class EndpointProcess:
             return {"ok": True, "done": True, "status": job.status()}
         self.control.wait(c, job.job_id, now + timeout / self.dilation)
         return None
+
+    def _drain(self, req: dict, c: ControlConnection, now: float) -> dict:
+        """The job posts nothing new; what is in flight completes (see Job.drain)."""
+        job = self._job(req)
+        was = job.done
+        job.drain(now)
+        self.metrics.write({"type": "job", "t": now, "job": job.job_id, "event": "drain"})
+        if job.done and not was:
+            self._job_done(job, now)
+        return {"ok": True, "t": now}
 
     def _stop(self, req: dict, c: ControlConnection, now: float) -> dict:
         self.stopping = True
@@ -605,7 +629,13 @@ class EndpointProcess:
         if "workload" not in req:
             raise ValueError("workload: required")
         tcfg = job_transport_config(self.cfg, req)
-        job = Job(job_id, req["workload"], self.host, self.hosts, self.ep, tcfg, self._emit, now)
+        msg_records = req.get("msg_records", True)
+        if not isinstance(msg_records, bool):
+            raise ValueError(f"msg_records: expected true or false, got {msg_records!r}")
+        job = Job(
+            job_id, req["workload"], self.host, self.hosts, self.ep, tcfg, self._emit, now,
+            msg_records=msg_records,
+        )  # fmt: skip
         try:  # the deny rules in force hold for the job's connections too, or it does not start
             for mask, value, peers in self.deny_rules:
                 self._deny_on(self._conns_to(peers, job.conns.values()), (mask, value), now)
