@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-
 COMPLETIONS_KEPT = 4096
 
 
