@@ -9,6 +9,7 @@ made-up measurements and see each check fail.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -180,6 +181,12 @@ def failures_logged(log: Sequence[dict], planned: int, deaths: Iterable[str]) ->
 # ----- validity, stretch by stretch -----------------------------------------------------------------
 
 
+def _kind(reason: str) -> str:
+    """What a validity reason is about (its words before the first number): a stretch names
+    each kind of breach once, as its first window measured it."""
+    return re.split(r"\d", reason, maxsplit=1)[0]
+
+
 @dataclass(frozen=True)
 class Window:
     start_s: float
@@ -196,9 +203,8 @@ def stretches(windows: Sequence[Window], limits: Thresholds) -> dict[str, Any]:
         v = judge(w.timing, limits)
         if out and out[-1]["valid"] == v.valid:
             out[-1]["end_s"] = w.end_s
-            for r in v.reasons:
-                if r not in out[-1]["reasons"]:
-                    out[-1]["reasons"].append(r)
+            kinds = {_kind(r) for r in out[-1]["reasons"]}
+            out[-1]["reasons"] += [r for r in v.reasons if _kind(r) not in kinds]
             continue
         out.append({"start_s": w.start_s, "end_s": w.end_s, "valid": v.valid,
                     "reasons": list(v.reasons)})  # fmt: skip

@@ -223,6 +223,7 @@ class Soak:
             "switch_processes": self.layout,
             "switches": {n: pid for n, (pid, _) in self.switch_pids.items()},
             "endpoints": {h: p.pid for h, p in self.eps.procs.items()},
+            "endpoint_dir": str(self.eps.dir),
         }
         (self.opts.out_dir / "processes.json").write_text(json.dumps(procs, indent=1))
 
@@ -443,7 +444,7 @@ class Soak:
         co = self.eps.coordinator
         t_drain = time.monotonic()
         for job in JOBS:
-            co._all({"op": "drain", "job": int(job)}, None)
+            co.drain(int(job))
         self.progress.line("  draining: no new messages; waiting for those in flight")
         while True:
             self._check_processes(time.monotonic() - self.real0)
