@@ -9,7 +9,9 @@ Requests (every reply is one line with ``"ok": true|false``; errors name the bad
                                               that peers' packets are accepted; with
                                               ``"go": true`` it also starts at once; with
                                               ``"transport": {"ev_seed": S}`` each connection
-                                              draws its own EV base (`TransportConfig`)
+                                              draws its own EV base (`TransportConfig`);
+                                              ``"msg_records": false`` writes no per-message
+                                              records (long runs: `testbed soak`)
 ``{"op": "go", "job": J}``                 -> the workload starts sending (``t`` = when)
 ``{"op": "wait", "job": J, "timeout": S}`` -> answered when J is done (``done: true``) or after
                                               S seconds (``done: false``); other requests on

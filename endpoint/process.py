@@ -71,6 +71,9 @@ def _deny_peers(req: dict) -> frozenset[str] | None:
     return frozenset(peers)
 
 
+RELEASE_BATCH = 256  # EV transitions forgotten at a time (a list slice deletion is O(n))
+
+
 class EndpointProcess:
     """Everything one host's endpoint owns; ``run()`` is the event loop."""
 
@@ -447,12 +450,15 @@ class EndpointProcess:
             )
 
     def _release_transitions(self, qp: int, trs: list) -> None:
-        """Forget EV transitions already written, once they are more than two `events` reads'
-        worth: the list would otherwise grow for as long as failures keep coming (a soak). An
-        `events` reader that far behind loses only what that op would have dropped anyway."""
-        if len(trs) <= 2 * EVENTS_MAX:
+        """Forget EV transitions already written and already read by the `events` op (if
+        anyone reads it; a reader more than EVENTS_MAX behind loses only what that op would
+        drop anyway): the list would otherwise grow for as long as failures keep coming (a
+        30-minute soak measured its endpoints' memory growing with it)."""
+        written = self._ev_seen.get(qp, 0)
+        read = self._events_seen.get(qp)
+        gone = written if read is None else min(written, max(read, len(trs) - EVENTS_MAX))
+        if gone < RELEASE_BATCH:
             return
-        gone = len(trs) - EVENTS_MAX
         del trs[:gone]
         self._ev_seen[qp] -= gone
         if qp in self._events_seen:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-COMPLETIONS_KEPT = 4096
+COMPLETIONS_KEPT = 256
 
 
 @dataclass(slots=True)
