@@ -9,12 +9,17 @@ Requests (every reply is one line with ``"ok": true|false``; errors name the bad
                                               that peers' packets are accepted; with
                                               ``"go": true`` it also starts at once; with
                                               ``"transport": {"ev_seed": S}`` each connection
-                                              draws its own EV base (`TransportConfig`)
+                                              draws its own EV base (`TransportConfig`);
+                                              ``"msg_records": false`` writes no per-message
+                                              records (long runs: `testbed soak`)
 ``{"op": "go", "job": J}``                 -> the workload starts sending (``t`` = when)
 ``{"op": "wait", "job": J, "timeout": S}`` -> answered when J is done (``done: true``) or after
                                               S seconds (``done: false``); other requests on
                                               other connections are served meanwhile
 ``{"op": "stats", "job": J?}``             -> process and per-connection counters, job status
+                                              (with its exactly-once ``ledger``)
+``{"op": "drain", "job": J}``              -> J posts no new message; those in flight complete
+                                              (how `testbed soak` ends its endless jobs)
 ``{"op": "stop"}``                         -> flushes the metrics and exits (also on SIGTERM)
 ``{"op": "deny", "mask": M, "value": V}``  -> every EV with ev & M == V is DENIED on every
                                              connection, now and later (MRC's EV deny mask);
@@ -39,7 +44,7 @@ import time
 from collections.abc import Iterable, Mapping
 
 MAX_LINE = 1 << 20
-OPS = ("ping", "start", "go", "wait", "stats", "stop", "deny", "allow", "events")
+OPS = ("ping", "start", "go", "wait", "stats", "stop", "deny", "allow", "events", "drain")
 
 
 class ControlError(RuntimeError):
@@ -211,6 +216,10 @@ class Coordinator:
     def events(self, hosts: Iterable[str] | None = None) -> dict[str, dict]:
         """Every host's EV events since the last call (and its drop count)."""
         return self._all({"op": "events"}, hosts)
+
+    def drain(self, job: int, hosts: Iterable[str] | None = None) -> dict[str, dict]:
+        """Every host's job `job` stops posting; what is in flight completes."""
+        return self._all({"op": "drain", "job": job}, hosts)
 
     def stats(self, job: int | None = None) -> dict[str, dict]:
         req: dict = {"op": "stats"} if job is None else {"op": "stats", "job": job}

@@ -41,7 +41,7 @@ from endpoint.process_config import ConfigError, EndpointConfig, job_transport_c
 from endpoint.transport import Endpoint
 from endpoint.workloads import Job
 
-_JOB_KEYS = {"op", "job", "workload", "mode", "evs", "ev_base", "transport", "go"}
+_JOB_KEYS = {"op", "job", "workload", "mode", "evs", "ev_base", "transport", "go", "msg_records"}
 
 
 EVENTS_MAX = 4096
@@ -69,6 +69,9 @@ def _deny_peers(req: dict) -> frozenset[str] | None:
     if not isinstance(peers, list) or not peers or not all(isinstance(p, str) for p in peers):
         raise ValueError(f"peers: expected a non-empty list of host names, got {peers!r}")
     return frozenset(peers)
+
+
+RELEASE_BATCH = 256  # EV transitions forgotten at a time (a list slice deletion is O(n))
 
 
 class EndpointProcess:
@@ -173,6 +176,7 @@ class EndpointProcess:
                 "deny": self._deny,
                 "allow": self._allow,
                 "events": self._events,
+                "drain": self._drain,
             },
             clock=self.clock,
         )
@@ -431,6 +435,7 @@ class EndpointProcess:
                     }
                 )
             self._ev_seen[qp] = len(st.ev_transitions)
+            self._release_transitions(qp, st.ev_transitions)
         last = self._rtt_seen.get(qp, float("-inf"))
         new = []
         for at, rtt in reversed(st.rtt_samples):
@@ -443,6 +448,21 @@ class EndpointProcess:
             w.write(
                 {"type": "rtt", "t": now, "job": job.job_id, "peer": conn.peer, **rtt_summary(new)}
             )
+
+    def _release_transitions(self, qp: int, trs: list) -> None:
+        """Forget EV transitions already written and already read by the `events` op (if
+        anyone reads it; a reader more than EVENTS_MAX behind loses only what that op would
+        drop anyway): the list would otherwise grow for as long as failures keep coming (a
+        30-minute soak measured its endpoints' memory growing with it)."""
+        written = self._ev_seen.get(qp, 0)
+        read = self._events_seen.get(qp)
+        gone = written if read is None else min(written, max(read, len(trs) - EVENTS_MAX))
+        if gone < RELEASE_BATCH:
+            return
+        del trs[:gone]
+        self._ev_seen[qp] -= gone
+        if qp in self._events_seen:
+            self._events_seen[qp] = max(0, self._events_seen[qp] - gone)
 
     def _write_ev_tx(self, now: float) -> None:
         """The bin just closed: bytes sent per destination address and EV (``evtx``)."""
@@ -514,6 +534,16 @@ class EndpointProcess:
             return {"ok": True, "done": True, "status": job.status()}
         self.control.wait(c, job.job_id, now + timeout / self.dilation)
         return None
+
+    def _drain(self, req: dict, c: ControlConnection, now: float) -> dict:
+        """The job posts nothing new; what is in flight completes (see Job.drain)."""
+        job = self._job(req)
+        was = job.done
+        job.drain(now)
+        self.metrics.write({"type": "job", "t": now, "job": job.job_id, "event": "drain"})
+        if job.done and not was:
+            self._job_done(job, now)
+        return {"ok": True, "t": now}
 
     def _stop(self, req: dict, c: ControlConnection, now: float) -> dict:
         self.stopping = True
@@ -605,7 +635,13 @@ class EndpointProcess:
         if "workload" not in req:
             raise ValueError("workload: required")
         tcfg = job_transport_config(self.cfg, req)
-        job = Job(job_id, req["workload"], self.host, self.hosts, self.ep, tcfg, self._emit, now)
+        msg_records = req.get("msg_records", True)
+        if not isinstance(msg_records, bool):
+            raise ValueError(f"msg_records: expected true or false, got {msg_records!r}")
+        job = Job(
+            job_id, req["workload"], self.host, self.hosts, self.ep, tcfg, self._emit, now,
+            msg_records=msg_records,
+        )  # fmt: skip
         try:  # the deny rules in force hold for the job's connections too, or it does not start
             for mask, value, peers in self.deny_rules:
                 self._deny_on(self._conns_to(peers, job.conns.values()), (mask, value), now)

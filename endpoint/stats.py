@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
+COMPLETIONS_KEPT = 256
+
 
 @dataclass(slots=True)
 class MessageCompletion:
@@ -35,7 +37,9 @@ class ConnectionStats:
     retransmits: Counter = field(default_factory=Counter)
     rtt_samples: deque = field(default_factory=lambda: deque(maxlen=4096))  # (at, rtt)
     ev_transitions: list[EVTransition] = field(default_factory=list)
-    completions: list[MessageCompletion] = field(default_factory=list)
+    # The latest completions only: a connection completes a message every few ms for as long
+    # as it runs, and the total is counters["messages_acked"].
+    completions: deque = field(default_factory=lambda: deque(maxlen=COMPLETIONS_KEPT))
 
     def snapshot(self) -> dict:
         return {
@@ -44,5 +48,5 @@ class ConnectionStats:
             "retransmits": dict(self.retransmits),
             "rtt_samples": len(self.rtt_samples),
             "ev_transitions": len(self.ev_transitions),
-            "completions": len(self.completions),
+            "completions": self.counters["messages_acked"],
         }

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -57,6 +58,7 @@ from contracts.workloads import (
 )
 from contracts.workloads import flows_of as _flows_of
 from endpoint.config import TransportConfig
+from endpoint.ledger import Ledger
 from endpoint.receiver import Delivery
 from endpoint.stats import MessageCompletion
 from endpoint.transport import Connection, Endpoint
@@ -68,6 +70,9 @@ HEADER = struct.Struct("!2sBBIII")  # magic, kind, version, job, step, index
 MAGIC = b"MW"
 K_FLOW, K_RING_DATA, K_RING_GO, K_RING_DONE = 1, 2, 3, 4
 _DONE_EXTRA = struct.Struct("!Q")  # DONE carries the latest finish time seen (ns)
+RECORDS_KEPT = 1000
+"""Step records an all-reduce rank keeps for its status (the most recent): a soak runs tens of
+thousands of steps, and a list of all of them would grow the process for as long as it runs."""
 
 
 class WorkloadError(ValueError):
@@ -163,6 +168,9 @@ class _Role:
 
     def on_acked(self, peer: str, msg_id: int, now: float) -> None: ...
 
+    def drain(self, now: float) -> None:
+        """Post nothing new from now on; what is in flight completes (a soak's end)."""
+
     def summary(self) -> dict:
         return {}
 
@@ -185,6 +193,7 @@ class FlowRole(_Role):
         self.received = dict.fromkeys(self.inbound, 0)
         self.bad_messages = 0
         self.started = False
+        self.draining = False
         self.first_rx: float | None = None
         self.last_rx: float | None = None
         self.finished_at: float | None = None
@@ -196,7 +205,12 @@ class FlowRole(_Role):
             self._fill(dst, now)
         self._check(now)
 
+    def drain(self, now: float) -> None:
+        self.draining = True
+
     def _fill(self, dst: str, now: float) -> None:
+        if self.draining:
+            return
         total = self.out[dst]
         while self.outstanding[dst] < self.window and (
             self.posted[dst] < total or (total == 0 and self.seq[dst] == 0)
@@ -288,10 +302,13 @@ class AllreduceRole(_Role):
         self.cur: _Step | None = None
         self.step_state: dict[int, _Step] = {}
         self.posted: dict[int, tuple[int, int]] = {}  # msg_id -> (kind, step)
-        self.records: list[dict] = []  # this rank's steps
-        self.global_steps: list[dict] = []  # rank 0 only
+        self.records: deque[dict] = deque(maxlen=RECORDS_KEPT)  # this rank's latest steps
+        self.global_steps: deque[dict] = deque(maxlen=RECORDS_KEPT)  # rank 0 only
         self.bad_messages = 0
+        self.late_messages = 0  # of a step whose state was already released (see _begin)
         self.finished_steps = 0
+        self.draining = False
+        self._floor = 0  # steps below this are over everywhere; their state is released
 
     def _state(self, k: int) -> _Step:
         st = self.step_state.get(k)
@@ -308,10 +325,20 @@ class AllreduceRole(_Role):
         msg_id = self.ctx.send(self.next, data, now)
         self.posted[msg_id] = (kind, k)
 
+    def drain(self, now: float) -> None:
+        self.draining = True  # rank 0 starts no further step; the others follow rank 0
+
     def _begin(self, k: int, now: float) -> None:
         st = self._state(k)
         if st.started:
             return
+        # Step k starts only after every rank finished step k-1 (the DONE token came round
+        # rank 0), so nothing of step k-2 is still needed here: release it, and ignore a
+        # straggler of it (a GO retransmitted late) instead of starting that step again.
+        if k - 1 > self._floor:
+            for old in [j for j in self.step_state if j < k - 1]:
+                del self.step_state[old]
+            self._floor = k - 1
         st.started = True
         st.start = now
         self.cur = st
@@ -339,6 +366,9 @@ class AllreduceRole(_Role):
             self.bad_messages += 1
             return
         kind, k, index, extra = parsed
+        if k < self._floor:
+            self.late_messages += 1
+            return
         st = self._state(k)
         if kind == K_RING_GO:
             self._begin(k, now)
@@ -381,7 +411,8 @@ class AllreduceRole(_Role):
         self.finished_steps += 1
         rec = {"step": st.index, "rank": self.rank, "start": st.start, "end": now}
         self.records.append(rec)
-        self.ctx.emit({"type": "rank_step", "t": now, "job": self.ctx.job_id, **rec})
+        if self.ctx.msg_records:
+            self.ctx.emit({"type": "rank_step", "t": now, "job": self.ctx.job_id, **rec})
         if self.n == 1:
             self._record_global(st, now, now)
             self._next_step(st, now)
@@ -417,7 +448,9 @@ class AllreduceRole(_Role):
         self.ctx.emit({"type": "step", "t": now, "job": self.ctx.job_id, **rec})
 
     def _next_step(self, st: _Step, now: float) -> None:
-        if st.index + 1 < self.steps:
+        if self.draining:
+            self.done = True
+        elif st.index + 1 < self.steps:
             self._begin(st.index + 1, now)
         else:
             self.done = True
@@ -429,9 +462,10 @@ class AllreduceRole(_Role):
             "steps_finished": self.finished_steps,
             "steps": self.steps,
             "per_hop_bytes": self.per_hop,
-            "rank_steps": self.records,
-            "global_steps": self.global_steps,
+            "rank_steps": list(self.records),
+            "global_steps": list(self.global_steps),
             "bad_messages": self.bad_messages,
+            "late_messages": self.late_messages,
         }
 
 
@@ -455,6 +489,7 @@ class Job:
         cfg: TransportConfig,
         emit: Callable[[dict], None] | None = None,
         now: float = 0.0,
+        msg_records: bool = True,
     ) -> None:
         if not isinstance(job_id, int) or isinstance(job_id, bool) or not 1 <= job_id <= MAX_JOB:
             raise WorkloadError(f"job: must be an integer 1..{MAX_JOB}")
@@ -469,6 +504,12 @@ class Job:
         self.endpoint = endpoint
         self.cfg = cfg
         self.emit = emit or (lambda _r: None)
+        # One `msg` record per message (and `rank_step` per step) is what a short run's
+        # analysis reads; a soak turns them off: at tens of messages a second for 30 minutes
+        # they would be most of the metrics file. The ledger counts every message either way.
+        self.msg_records = msg_records
+        self.ledger = Ledger()
+        self.draining = False
         self.kind = spec.get("kind") if isinstance(spec, dict) else None
         try:
             workload = parse_job(spec, hosts)
@@ -523,6 +564,7 @@ class Job:
     def send(self, peer: str, data: bytes, now: float) -> int:
         msg_id = self.conns[peer].send(data, now)
         self._posted[(peer, msg_id)] = (now, len(data))
+        self.ledger.post(peer, len(data))
         return msg_id
 
     # driven by the process (or a test)
@@ -534,12 +576,24 @@ class Job:
         self.role.start(now)
         self._maybe_done(now)
 
+    def drain(self, now: float) -> None:
+        """Stop posting new work; what was posted still completes (`testbed soak`'s end)."""
+        self.draining = True
+        self.role.drain(now)
+        self._maybe_done(now)
+
     def on_delivery(self, d: Delivery) -> None:
         peer = self.peer_of_qp.get(d.qp)
         if peer is None:
             return
+        if not self.ledger.deliver(peer, d.msg_id, len(d.data)):
+            return  # handed up before: counted as a duplicate, not given to the role again
         self.messages_rx += 1
         self.bytes_rx += len(d.data)
+        if not self.msg_records:
+            self.role.on_message(peer, d.data, d.at)
+            self._maybe_done(d.at)
+            return
         self.emit(
             {
                 "type": "msg",
@@ -559,6 +613,10 @@ class Job:
         if peer is None:
             return
         self._posted.pop((peer, c.msg_id), None)
+        if not self.msg_records:
+            self.role.on_acked(peer, c.msg_id, c.finished)
+            self._maybe_done(c.finished)
+            return
         self.emit(
             {
                 "type": "msg",
@@ -598,6 +656,13 @@ class Job:
             # (posted at, bytes) of each message still in flight: a run cut off at its deadline
             # still knows what was outstanding (stalls, never-delivered data).
             "unacked": [[t, n] for t, n in self._posted.values()],
+            "draining": self.draining,
+            # Exactly-once accounting (endpoint.ledger): per peer, posted and delivered
+            # messages and bytes, duplicates handed up; and messages whose end-to-end crc32
+            # failed (never delivered: endpoint.receiver).
+            "ledger": self.ledger.as_dict(),
+            "duplicates": self.ledger.duplicates,
+            "crc_failures": sum(c.stats.drops["message_crc"] for c in self.conns.values()),
             **self.role.summary(),
         }
 

@@ -31,6 +31,7 @@ from testbed.cli.commands import (
     cmd_list,
     cmd_run,
     cmd_schema,
+    cmd_soak,
     cmd_up,
 )
 from testbed.experiment.errors import RunError
@@ -55,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     _fabric_commands(sub, named)
     fib.add_parsers(sub, named)
     _scenario_commands(sub)
+    _soak_command(sub)
     _bench_and_lab_commands(sub)
     return ap
 
@@ -249,6 +251,28 @@ def _scenario_commands(sub) -> None:
                 f"more; else its transport and the baselines: {', '.join(COMPARE_BASELINES)})",
             )
             rp.set_defaults(func=cmd_compare)
+
+
+def _soak_command(sub) -> None:
+    sk = sub.add_parser(
+        "soak",
+        help="continuous all-reduce and permutation under random failures; exit 0 iff nothing "
+        "was lost or duplicated, every checksum was good, memory stayed flat (docs/soak.md)",
+    )
+    sk.add_argument(
+        "scenario", nargs="?", default="soak",
+        help="its fabric, transport and emulation (default: the shipped 'soak' scenario)",
+    )  # fmt: skip
+    sk.add_argument("--minutes", type=float, default=30.0, help="length of the traffic (30)")
+    sk.add_argument("--quick", action="store_true", help="a short soak for CI (45 s)")
+    sk.add_argument("--out", help="results folder (default results/soak-TIMESTAMP)")
+    sk.add_argument("--seed", type=int, help="failure schedule seed (default the scenario's)")
+    sk.add_argument("--mtbf", type=float, default=None, metavar="S",
+                    help="mean seconds between failures (default 15; --quick 6)")  # fmt: skip
+    sk.add_argument("--mttr", type=float, default=None, metavar="S",
+                    help="mean seconds a failure lasts (default 3; --quick 2)")  # fmt: skip
+    sk.add_argument("--json", action="store_true", help="print summary.json on stdout")
+    sk.set_defaults(func=cmd_soak)
 
 
 def _bench_and_lab_commands(sub) -> None:

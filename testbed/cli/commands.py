@@ -1,5 +1,5 @@
 """The `testbed` command (docs/design.md "Command line"): up, inspect, exec, ctl, counters, cli,
-down, clean, run, compare, list, bench, lab. Errors are one line naming the bad argument, and
+down, clean, run, compare, soak, list, bench, lab. Errors are one line naming the bad argument, and
 exit status 2."""
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from testbed.experiment.runner import (
     default_out_dir,
     transports_arg,
 )
+from testbed.experiment.soak import QUICK_MINUTES, SoakOptions, run_soak
 from testbed.fabric import client
 from testbed.fabric.cleanup import clean_all
 from testbed.fabric.lifecycle import FabricError, need_root
@@ -58,6 +59,7 @@ from testbed.labs.grading import (
 from testbed.scenario import Scenario, ScenarioError, lint, quick, scenario_json_schema
 from testbed.scenario.catalog import format_catalog, list_scenarios
 from testbed.scenario.sweep import SweepError, parse_sweep_arg, sweep_points
+from testbed.scenario.soak_schedule import FailureRates, ScheduleError
 from topologies import TopologyParams
 
 
@@ -405,6 +407,51 @@ def cmd_compare(args: argparse.Namespace) -> int:
         data_format=args.data_format,
     )  # fmt: skip
     return _finish_run(outcome, args)
+
+
+def cmd_soak(args: argparse.Namespace) -> int:
+    """`testbed soak`: exit 0 iff the soak lost nothing, duplicated nothing, saw no bad
+    checksum, kept its memory flat (where the check applies) and logged every failure; 1 if
+    a check failed; 2 for bad input or a run that could not go on (an endpoint died)."""
+    try:
+        sc = load(args.scenario)
+    except ScenarioError as exc:
+        raise CliError(str(exc)) from None
+    minutes = QUICK_MINUTES if args.quick else args.minutes
+    if not 0 < minutes <= 24 * 60:
+        raise CliError(f"--minutes: must be more than 0 and at most 1440, got {minutes:g}")
+    rates = FailureRates(
+        mtbf_s=args.mtbf if args.mtbf is not None else (6.0 if args.quick else 15.0),
+        mttr_s=args.mttr if args.mttr is not None else (2.0 if args.quick else 3.0),
+    )
+    try:
+        rates.check()
+    except ScheduleError as exc:
+        flag = "--mtbf" if "mtbf" in str(exc) else "--mttr"
+        raise CliError(f"{flag}: {str(exc).split(': ', 1)[1]}") from None
+    need_root("testbed soak")
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    out = Path(args.out) if args.out else Path("results") / f"soak-{stamp}"
+    opts = SoakOptions(minutes=minutes, seed=sc.seed if args.seed is None else args.seed,
+                       out_dir=out, rates=rates)  # fmt: skip
+    outcome = run_soak(sc, opts, progress=_progress(args))
+    s = outcome.summary
+    if args.json:
+        print(json.dumps({**s, "out_dir": str(out)}, indent=1, default=str))
+    else:
+        tot = s["accounting"]["total"]
+        print(f"\nsoak {'PASSED' if outcome.passed else 'FAILED'}: {tot['sent_messages']} "
+              f"messages ({tot['sent_bytes']} bytes) sent, {tot['delivered_messages']} delivered, "
+              f"{tot['lost_bytes']} bytes lost, {tot['duplicates']} duplicates, "
+              f"{tot['crc_failures'] + tot['bad_messages']} bad checksums")  # fmt: skip
+        for why in outcome.reasons:
+            print(f"  failed: {why}")
+        emu = s["emulation"]
+        if not emu["valid"]:
+            bad = [f"{x['start_s']}-{x['end_s']}s" for x in emu["stretches"] if not x["valid"]]
+            print(f"  emulation INVALID in {', '.join(bad)} ({emu['invalid_s']} s; report.md)")
+        print(f"results: {out}\n  report:  {out / 'report.md'}")
+    return 0 if outcome.passed else 1
 
 
 def cmd_cli(args: argparse.Namespace, dispatch: Dispatch) -> int:
