@@ -58,8 +58,8 @@ from testbed.labs.grading import (
 )
 from testbed.scenario import Scenario, ScenarioError, lint, quick, scenario_json_schema
 from testbed.scenario.catalog import format_catalog, list_scenarios
-from testbed.scenario.sweep import SweepError, parse_sweep_arg, sweep_points
 from testbed.scenario.soak_schedule import FailureRates, ScheduleError
+from testbed.scenario.sweep import SweepError, parse_sweep_arg, sweep_points
 from topologies import TopologyParams
 
 
