@@ -12,6 +12,7 @@ import sys
 from contracts.defaults import ECMP_HASHES, FORWARDINGS
 from contracts.framing import MAX_MTU, MIN_MTU
 from contracts.project import __version__
+from testbed.analysis.plots import PLOT_FORMATS
 from testbed.analysis.validity import EXIT_INVALID
 from testbed.cli import fib
 from testbed.cli.commands import (
@@ -215,6 +216,12 @@ def _scenario_commands(sub) -> None:
             "--allow-invalid",
             action="store_true",
             help=f"exit by the expectations alone even if a run was invalid (else {EXIT_INVALID})",
+        )
+        rp.add_argument(
+            "--plot-format",
+            choices=PLOT_FORMATS,
+            default="png",
+            help="file format of every plot (default png; svg and pdf for papers)",
         )
         if cmd == "run":
             rp.add_argument("--transport", help="run this transport (or a,b,...) instead")

@@ -330,7 +330,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     need_root("testbed run")
     _calibrate_if_needed(sc, dilation)
     out = Path(args.out) if args.out else default_out_dir(sc)
-    outcome = run_scenario(sc, transports, out, progress=_progress(args), time_dilation=dilation)
+    outcome = run_scenario(
+        sc,
+        transports,
+        out,
+        progress=_progress(args),
+        time_dilation=dilation,
+        plot_format=args.plot_format,
+    )
     return _finish_run(outcome, args)
 
 
@@ -350,7 +357,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else default_out_dir(sc)
     judged = [t for t in transports if t in sc.transports]
     outcome = run_scenario(
-        sc, transports, out, judged=judged, progress=_progress(args), time_dilation=dilation
+        sc,
+        transports,
+        out,
+        judged=judged,
+        progress=_progress(args),
+        time_dilation=dilation,
+        plot_format=args.plot_format,
     )
     return _finish_run(outcome, args)
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from testbed.analysis.plots import PLOT_FORMATS
 from testbed.experiment.runner import (
     Outcome,
     Progress,
@@ -54,9 +55,12 @@ def run_outcome(
     quick_run: bool = False,
     progress: Progress | None = None,
     time_dilation: float | str | None = None,
+    plot_format: str = "png",
 ) -> Outcome:
     """`run`, returning the whole `Outcome` (summary, metrics, plots, pass/fail, validity)."""
     sc = load(scenario, quick_run=quick_run)
+    if plot_format not in PLOT_FORMATS:
+        raise ValueError(f"plot_format: {plot_format!r} is not one of {', '.join(PLOT_FORMATS)}")
     if transports is None:
         chosen = list(sc.transports)
     elif isinstance(transports, str):
@@ -66,7 +70,14 @@ def run_outcome(
     check_runnable(chosen)
     need_root("testbed run")
     out_dir = Path(out) if out is not None else default_out_dir(sc)
-    return run_scenario(sc, chosen, out_dir, progress=progress, time_dilation=time_dilation)
+    return run_scenario(
+        sc,
+        chosen,
+        out_dir,
+        progress=progress,
+        time_dilation=time_dilation,
+        plot_format=plot_format,
+    )
 
 
 def run(
@@ -77,11 +88,13 @@ def run(
     quick_run: bool = False,
     progress: Progress | None = None,
     time_dilation: float | str | None = None,
+    plot_format: str = "png",
 ) -> dict[str, Any]:
     """Run a scenario once per transport on fresh fabrics and return its summary (the content
     of ``summary.json``); the results folder (report, CSVs, plots) is `out`, default
     ``results/NAME-TIMESTAMP``. `transports` defaults to the scenario's own. `time_dilation`
-    (auto or N) overrides the scenario's `emulation.time_dilation`. Needs root.
+    (auto or N) overrides the scenario's `emulation.time_dilation`. `plot_format`: png, svg
+    or pdf, for every plot. Needs root.
 
     ``passed``: every judged transport met its expectations; ``valid``: every run kept up
     with its fabric (an invalid run's numbers are the machine's, not the network's)."""
@@ -92,6 +105,7 @@ def run(
         quick_run=quick_run,
         progress=progress,
         time_dilation=time_dilation,
+        plot_format=plot_format,
     )
     summary = dict(outcome.summary)
     summary["out_dir"] = str(outcome.out_dir)
