@@ -14,7 +14,7 @@ from contracts.framing import MAX_MTU, MIN_MTU
 from contracts.project import __version__
 from testbed.analysis.plots import PLOT_FORMATS
 from testbed.analysis.validity import EXIT_INVALID
-from testbed.cli import fib
+from testbed.cli import completion, fib
 from testbed.cli.commands import (
     CliError,
     cmd_bench,
@@ -42,6 +42,8 @@ from testbed.fabric.lifecycle import FabricError
 from testbed.fabric.state import DEFAULT_NAME, StateError
 from testbed.fabric.switch_layout import ENV as SWITCH_LAYOUT_ENV
 from testbed.fabric.switch_layout import LAYOUTS
+from testbed.scenario import TRANSPORTS
+from testbed.scenario.catalog import list_scenarios
 from topologies import TopologyError, TopologyParams
 
 
@@ -57,7 +59,21 @@ def build_parser() -> argparse.ArgumentParser:
     fib.add_parsers(sub, named)
     _scenario_commands(sub)
     _bench_and_lab_commands(sub)
+    co = sub.add_parser(
+        "completion",
+        help="print a shell completion script (install: see README, 'Shell completion')",
+    )
+    co.add_argument("shell", choices=completion.SHELLS)
+    co.set_defaults(func=cmd_completion)
     return ap
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    """The script for args.shell, read off this very parser (testbed.cli.completion)."""
+    names = [e.name for e in list_scenarios() if e.error is None]
+    transports = {"--transport": list(TRANSPORTS), "--transports": list(TRANSPORTS)}
+    print(completion.script(args.shell, build_parser(), names, transports), end="")
+    return 0
 
 
 def _named(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
