@@ -347,7 +347,15 @@ class Switch:
             "drops": dict(self.drops),
             "local_rx": self.local_rx,
             "icmp_sent": self.icmp_sent,
-            "ports": {p.name: p.snapshot() | kernel.get(p.name, {}) for p in self.ports},
+            # Each read drains the ports' per-interval queue maxima (switch.port.QueueMaxima):
+            # the harness's periodic read collects them in batches, the switch keeps no history.
+            "ports": {
+                p.name: p.snapshot()
+                | kernel.get(p.name, {})
+                | {"queue_max": p.qmax.drain(), "queue_max_lost": p.qmax.lost}
+                for p in self.ports
+            },
+            "queue_max_interval_s": self.ports[0].qmax.interval_s if self.ports else None,
             # Losses of the emulator, not of the emulated network: rings overrun, frames the
             # kernel would not take (tx ring full, send errors).
             "kernel_drops": sum(

@@ -269,6 +269,11 @@ class ImpairedPort(Port):
                 self.counters.drop(verdict)
             else:
                 self.active.add(self)
+            m = self.qmax  # the interval's deepest queue, as in Port.offer
+            if now >= m.until:
+                m.roll(now)
+            if q.data_bytes > m.peak:
+                m.peak = q.data_bytes
             return
         busy = self.busy_until
         busy = (busy if busy > now - self.catch_up else now) + len(frame) * self.sec_per_byte

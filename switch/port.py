@@ -52,6 +52,16 @@ def egress_timing(dilation: float = 1.0, serialisation_s: float = 0.0) -> tuple[
     return early, CATCH_UP_S / dilation
 
 
+QUEUE_MAX_INTERVAL_S = 0.010
+"""Virtual seconds per queue-depth interval: the switch keeps the deepest data queue an arriving
+frame made in each one. Why not the instantaneous depth at sampling time: the harness reads
+counters every 250 ms, while a 64 kB queue fills in ~26 ms at 20 Mbps and empties in 5 ms at
+100 Mbps; a sample sees a queue's fill only by luck."""
+QUEUE_MAX_RING = 512
+"""Closed intervals a port keeps until a counters read drains them: 5 s of busy intervals at
+10 ms, so a reader every 250 ms (or one delayed by seconds) loses none; an overflow drops the
+oldest and counts them (`QueueMaxima.lost`)."""
+
 DROP_LINK_DOWN = "link_down"
 DROP_BLACKHOLE = "blackhole"
 DROP_LOSS = "loss"
@@ -84,6 +94,45 @@ class PortCounters:
         self.impairments[impairment] = self.impairments.get(impairment, 0) + 1
 
 
+class QueueMaxima:
+    """The deepest data queue per interval of `interval_s` virtual seconds, for the intervals in
+    which a frame was queued: a bounded ring of (interval start, bytes) that `drain` empties.
+
+    The per-frame cost is in `Port.offer` (one time compare, one max); `roll` runs once per
+    interval. An interval in which no frame was queued has no entry: no arriving frame found a
+    queue there (the queue could only drain)."""
+
+    __slots__ = ("interval_s", "start", "until", "peak", "ring", "lost")
+
+    def __init__(self, interval_s: float = QUEUE_MAX_INTERVAL_S, size: int = QUEUE_MAX_RING):
+        self.interval_s = interval_s
+        self.start = 0.0
+        self.until = 0.0  # end of the open interval; 0: none open yet
+        self.peak = 0
+        self.ring: deque[tuple[float, int]] = deque(maxlen=size)
+        self.lost = 0
+
+    def roll(self, now: float) -> None:
+        """Close the open interval (if it saw a queue) and open the one holding `now`."""
+        if self.peak > 0:
+            if len(self.ring) == self.ring.maxlen:
+                self.lost += 1
+            self.ring.append((self.start, self.peak))
+        k = int(now // self.interval_s)
+        self.start = k * self.interval_s
+        self.until = self.start + self.interval_s
+        self.peak = 0
+
+    def drain(self) -> list[list[float]]:
+        """The closed intervals since the last drain (removed), then the open one (kept: it may
+        still grow, so a reader merges repeated starts by their maximum)."""
+        out = [[round(t, 6), b] for t, b in self.ring]
+        self.ring.clear()
+        if self.peak > 0:
+            out.append([round(self.start, 6), self.peak])
+        return out
+
+
 class Port:
     """Egress side of a port plus its run-time failure state.
 
@@ -96,7 +145,7 @@ class Port:
         "index", "name", "mac", "peer_mac", "nominal_rate_mbps", "nominal_delay_us", "queue",
         "transmit", "rng", "counters", "up", "blackhole", "loss", "rx_up", "rx_blackhole",
         "rx_loss", "busy_until", "inflight", "rate_mbps", "sec_per_byte", "delay_s", "rx_clean",
-        "direct", "early", "catch_up", "active", "seq", "impair",
+        "direct", "early", "catch_up", "active", "seq", "impair", "qmax",
     )  # fmt: skip
 
     def __init__(
@@ -145,6 +194,7 @@ class Port:
         self.seq = index  # its place in the loop's order of service (switch/loop.py sets it)
         # Stochastic impairments (switch/impairment.py): while set, the port is an ImpairedPort.
         self.impair = None
+        self.qmax = QueueMaxima()
         self.refresh()
 
     def refresh(self) -> None:
@@ -208,6 +258,11 @@ class Port:
                     self.counters.drop(verdict)
                 else:
                     self.active.add(self)
+                m = self.qmax  # the interval's deepest queue: one compare and one max
+                if now >= m.until:
+                    m.roll(now)
+                if q.data_bytes > m.peak:
+                    m.peak = q.data_bytes
                 return
             # Idle link: the frame starts serialising at once (an empty queue admits it and
             # marks nothing); it leaves now if its serialisation ends within `early`.

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from switch.config import switch_config
 from testbed.fabric.fib_view import fib_rows, format_fib, format_path, walk
 from testbed.fabric.paths import predict_path
@@ -78,3 +82,74 @@ def test_format_path_names_every_hop() -> None:
     assert text.splitlines()[0] == "h1 10.1.1.1:50000 -> 10.1.3.2:4791 udp"
     assert text.splitlines()[-1].startswith("path: h1 leaf1 spine")
     assert text.splitlines()[-1].endswith("leaf3 h6")
+
+
+# ----- `testbed fib --json` and `testbed path --json`, on a fabric stood in for -------------------
+
+
+class FakeState:
+    """The parts of a running fabric's state `testbed path` reads (testbed.fabric.state)."""
+
+    def __init__(self) -> None:
+        self.nodes = {
+            h: {"kind": "host", "interfaces": [{"ip": i.ip, "peer": i.peer_node}
+                                               for i in FAB.interfaces[h]]}
+            for h in FAB.hosts()
+        } | {sw: {"kind": FAB.nodes[sw].kind, "interfaces": []} for sw in FAB.switches()}  # fmt: skip
+
+
+@pytest.fixture
+def fabric_up(monkeypatch):
+    """`testbed fib`/`path` against CONFIGS, with spine2's port to leaf3 down."""
+    from testbed.cli import fib as cli_fib
+
+    down = FAB.interface("spine2", "leaf3").name
+    up = {sw: {p.name: p.name != down for p in cfg.ports} for sw, cfg in CONFIGS.items()}
+    monkeypatch.setattr(cli_fib, "load_configs", lambda name: CONFIGS)
+    monkeypatch.setattr(cli_fib, "live_ports", lambda name, node=None: up)
+    monkeypatch.setattr(cli_fib.client, "state", lambda name: FakeState())
+    return down, up
+
+
+def test_fib_json_is_the_table_as_data(fabric_up, capsys) -> None:
+    from testbed.cli.app import main
+
+    assert main(["fib", "spine2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["switch"] == "spine2" and out["ecmp_seed"] == CONFIGS["spine2"].seed
+    assert out["live_known"] is True
+    routes = {r["prefix"]: r for r in out["routes"]}
+    assert routes["10.1.3.0/24"]["next_hops"] == [
+        {"port": fabric_up[0], "peer": "leaf3", "live": False}
+    ]
+    assert routes["10.1.1.0/24"]["kind"] == "single"
+    assert [r["prefix"] for r in out["routes"]] == [r.prefix for r in fib_rows(CONFIGS["spine2"])]
+
+
+def test_path_json_matches_the_walk(fabric_up, capsys) -> None:
+    from testbed.cli.app import main
+
+    assert main(["path", "h1", "h6", "--sport", "50001", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    src, dst = FAB.host_ip("h1"), FAB.host_ip("h6")
+    hops = walk(CONFIGS, fabric_up[1], "leaf1", src, dst, 50001, 4791)
+    assert out["src"] == "h1" and out["dst_ip"] == dst and out["proto"] == "udp"
+    assert out["path"] == ["h1", *(h.node for h in hops)]
+    assert out["hops"][0]["node"] == "leaf1" and out["hops"][0]["members"] == 3
+    assert [h["port"] for h in out["hops"]] == [h.port for h in hops]
+    # A flow hashed onto spine2, whose way to leaf3 is down, is reported black-holed there.
+    blackholed = next(
+        sport for sport in range(50000, 50100)
+        if walk(CONFIGS, fabric_up[1], "leaf1", src, dst, sport, 4791)[-1].node == "spine2"
+    )  # fmt: skip
+    assert main(["path", "h1", "h6", "--sport", str(blackholed), "--json"]) == 0
+    last = json.loads(capsys.readouterr().out)["hops"][-1]
+    assert last["node"] == "spine2" and "black-holed" in last["note"]
+
+
+def test_fib_json_error_goes_to_stderr_with_status_2(fabric_up, capsys) -> None:
+    from testbed.cli.app import main
+
+    assert main(["fib", "spine9", "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "'spine9' is not a switch" in captured.err

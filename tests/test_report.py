@@ -141,6 +141,22 @@ def test_report_has_table_timeline_health_and_plots(result, tmp_path):
     assert "**FAIL**" in text  # single-path misses its expectations
 
 
+def test_report_links_svg_and_pdf_plots(result, tmp_path):
+    """--plot-format: an SVG is shown like a PNG; a PDF, which Markdown cannot show, is linked."""
+    sc, metrics, applied = result
+    text = write_report(
+        tmp_path,
+        summary_of(sc, metrics, applied),
+        scenario=sc,
+        metrics=metrics,
+        plots={"Goodput over time": tmp_path / "goodput.svg",
+               "Switch ports (mrc): queues, trims and drops": tmp_path / "ports_mrc.pdf"},
+    ).read_text()  # fmt: skip
+    assert "![Goodput over time](goodput.svg)" in text
+    assert "[Switch ports (mrc): queues, trims and drops (PDF)](ports_mrc.pdf)" in text
+    assert "![Switch ports (mrc)" not in text
+
+
 def test_kernel_drops_make_the_report_loud(result):
     sc, metrics, applied = result
     text = render_report(summary_of(sc, metrics, applied, drops=37), scenario=sc)

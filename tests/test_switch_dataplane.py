@@ -610,7 +610,21 @@ def test_counters_shape() -> None:
     assert set(c["ports"]) == {p.name for p in sw.config.ports}
     assert c["kernel_drops"] == 5
     assert c["ports"]["leaf1-eth0"]["kernel_drops"] == 3
+    assert c["queue_max_interval_s"] == 0.01
+    assert all(pc["queue_max"] == [] and pc["queue_max_lost"] == 0 for pc in c["ports"].values())
     json.loads(json.dumps(c))
+
+
+def test_counters_read_drains_the_queue_maxima() -> None:
+    """A read takes the closed intervals' maxima away; the next read has only the open one."""
+    sw, _ = make_switch("leaf1", link_mbps=10)
+    port = sw.ports[0]
+    port.busy_until = 1.0  # the link is busy: frames queue
+    for now in (0.0, 0.001, 0.02):
+        port.offer(bytearray(1000), now)
+    first = sw.counters()["ports"][port.name]["queue_max"]
+    assert first == [[0.0, 2000], [0.02, 3000]]
+    assert sw.counters()["ports"][port.name]["queue_max"] == [[0.02, 3000]]
 
 
 def test_switch_config_round_trips_through_json() -> None:

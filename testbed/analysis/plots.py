@@ -1,4 +1,4 @@
-"""The four pictures of a run, drawn from plain data into PNG files.
+"""The pictures of a run, drawn from plain data into PNG, SVG or PDF files.
 
 Each `plot_*` function takes lists and dicts (no run objects, no fabric), so a plot can be
 redrawn from the CSV files of an old run and tested without one; `plot_run` draws all of them
@@ -6,7 +6,9 @@ from the runner's `TransportMetrics`. Matplotlib's Agg backend is forced: runs
 happen over SSH, in CI and under sudo, where there is no display.
 
 Readability rules these plots follow: one colour per transport in every plot of a run (the
-`TRANSPORT_COLOURS` table); failures are red dashed lines and recoveries green dotted ones,
+`TRANSPORT_COLOURS` table) and one colour per path name in every plot of a run (`path_colours`:
+from the names, never from their rank in bytes, so "via spine1" has one colour for every
+transport and in path_share too); failures are red dashed lines and recoveries green dotted ones,
 labelled with what happened; axes say their unit; nothing is drawn that the data did not show
 (stalls stay visible as gaps in the raw 10 ms bins under the smoothed line).
 """
@@ -15,12 +17,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 from testbed.analysis.metrics import AppliedEvent, TransportMetrics, percentiles
+from testbed.analysis.port_series import CONGESTION, FAILURE, OTHER, drops_by_cause
+from testbed.harness.records import path_name
 from testbed.scenario import FAILURE_ACTIONS
 
 if TYPE_CHECKING:
@@ -50,7 +54,15 @@ TRANSPORT_COLOURS = {
 _OTHER_COLOURS = ["#e377c2", "#bcbd22", "#17becf", "#393b79", "#637939"]
 FAILURE_STYLE = {"color": "#c0392b", "linestyle": "--", "linewidth": 1.2}
 RECOVERY_STYLE = {"color": "#27ae60", "linestyle": ":", "linewidth": 1.4}
+PATH_PALETTE = (
+    "#1f77b4", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+    "#bcbd22", "#393b79", "#637939", "#8c6d31", "#7b4173", "#3182bd",
+)  # fmt: skip
+"""Path colours: tab10 without its red and green (the event markers'), then darker ones."""
+OTHER_COLOUR = "#bfbfbf"  # the EVs grouped as "other"
 DPI = 110
+PLOT_FORMATS = ("png", "svg", "pdf")
+"""What `--plot-format` takes: PNG for a report read in a browser, SVG and PDF for papers."""
 _PCT_MARKERS = (("p50", "o"), ("p99", "s"), ("p100", "^"))
 
 EventMark = tuple[float, str]
@@ -59,6 +71,21 @@ EventMark = tuple[float, str]
 
 def colour(transport: str, index: int = 0) -> str:
     return TRANSPORT_COLOURS.get(transport, _OTHER_COLOURS[index % len(_OTHER_COLOURS)])
+
+
+def path_colours(names: Iterable[str]) -> dict[str, str]:
+    """Path (or EV) name -> colour, decided by the set of names alone: spines first, then the
+    rest, each in natural order (spine10 after spine9). Given the same map, every plot of a run
+    draws a name in the same colour, whatever its rank in bytes in that plot. Past
+    len(PATH_PALETTE) names, the colours are spread over a continuous map instead."""
+    ordered = sorted(set(names), key=lambda n: ("spine" not in n, _natural(n)))
+    if len(ordered) <= len(PATH_PALETTE):
+        return dict(zip(ordered, PATH_PALETTE, strict=False))
+    from matplotlib import colormaps
+    from matplotlib.colors import to_hex
+
+    cmap = colormaps["viridis"]
+    return {n: to_hex(cmap(i / (len(ordered) - 1))) for i, n in enumerate(ordered)}
 
 
 def _smooth(values: Sequence[float], width: int) -> list[float]:
@@ -161,15 +188,20 @@ def plot_ev_share(
     title: str = "Traffic share per EV",
     max_series: int = 10,
     smooth_bins: int = 5,
+    colours: Mapping[str, str] | None = None,
 ) -> Path:
     """Stacked share of sent bytes per EV (or path) over time; the smallest grouped as "other".
 
     A connection has up to hundreds of EVs; more than ~10 colours cannot be told apart, so the
-    largest `max_series - 1` are drawn and the rest summed. Bins with no traffic are left empty
-    rather than drawn as an invented share.
+    largest `max_series - 1` are drawn and the rest summed. Bands are stacked in name order and
+    coloured from `colours` (`path_colours`; default: from these names), so two transports'
+    plots of one run draw each path alike. Bins with no traffic are left empty rather than drawn
+    as an invented share.
     """
     totals = sorted(ev_bytes, key=lambda k: -sum(ev_bytes[k]))
     keep = totals if len(totals) <= max_series else totals[: max_series - 1]
+    keep = sorted(keep, key=_natural)
+    colours = colours if colours is not None else path_colours(ev_bytes)
     rows = {k: _smooth(ev_bytes[k], smooth_bins) for k in keep}
     rest = [k for k in totals if k not in keep]
     if rest:
@@ -182,11 +214,11 @@ def plot_ev_share(
     }
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10, 4.2))
-    cmap = plt.get_cmap("tab10")
-    colours = [cmap(i % 10) for i in range(len(shares))]
+    fallback = path_colours(keep)
+    band_colours = [colours.get(k, fallback[k]) for k in keep]
     if rest:
-        colours[-1] = (0.75, 0.75, 0.75, 1.0)
-    ax.stackplot(bin_times, *shares.values(), labels=list(shares), colors=colours, alpha=0.9)
+        band_colours.append(OTHER_COLOUR)
+    ax.stackplot(bin_times, *shares.values(), labels=list(shares), colors=band_colours, alpha=0.9)
     ax.set_xlim(bin_times[0] if n else 0, bin_times[-1] if n else 1)
     ax.set_ylim(0, 1.28)
     ax.set_yticks([0, 0.25, 0.5, 0.75, 1.0])
@@ -215,13 +247,16 @@ def plot_path_share(
     *,
     band_pct: float = 5.0,
     title: str = "Traffic share per path",
+    colours: Mapping[str, str] | None = None,
 ) -> Path:
     """Each leaf's uplinks (top) and downlinks (bottom): the share of its bytes each spine
     carried, per transport (testbed.analysis.path_share), against the equal share and a
     +-`band_pct` % band around it.
 
     shares: transport -> {"uplinks"|"downlinks": {leaf: {spine: share}}}. Why bars per link:
-    an unequal spread is a few links far off, which a mean hides.
+    an unequal spread is a few links far off, which a mean hides. Bars take the transport's
+    colour; each link's label and the square under it take its spine's path colour
+    (`colours`, the run's `path_colours`), as in the EV-share plots.
     """
     plt = _pyplot()
     fig, axes = plt.subplots(2, 1, figsize=(11, 6.4), sharey=True)
@@ -251,6 +286,13 @@ def plot_path_share(
         sep = "->" if direction == "uplinks" else "<-"
         ax.set_xticklabels([f"{leaf}{sep}{spine}" for leaf, spine in links], rotation=60,
                            ha="right", fontsize=7)  # fmt: skip
+        spine_colours = (
+            colours if colours is not None else path_colours(path_name(spine) for _, spine in links)
+        )
+        for x, (label, (_leaf, spine)) in enumerate(zip(ax.get_xticklabels(), links, strict=True)):
+            c = spine_colours.get(path_name(spine), "black")
+            label.set_color(c)
+            ax.plot([x], [0], marker="s", markersize=7, color=c, clip_on=False, zorder=3)
         ax.set_ylabel("share of the leaf's bytes (%)")
         what = "sent up each uplink" if direction == "uplinks" else "received from each spine"
         ax.set_title(f"{title}: {what} (band: equal share +-{band_pct:g} %)", fontsize=10)
@@ -342,6 +384,14 @@ def plot_step_cdf(
     return _finish(fig, path)
 
 
+DROP_BARS = (
+    ("trims", "trims", "#f39c12"),
+    (CONGESTION, "drops: congestion (queue full)", "#8e44ad"),
+    (FAILURE, "drops: failure (link down, black hole, loss)", "#c0392b"),
+    (OTHER, "drops: other (emulator)", "#7f7f7f"),
+)
+
+
 def plot_ports(
     queues: Mapping[str, tuple[Sequence[float], Sequence[float]]],
     counters: Mapping[str, Mapping[str, int | Mapping[str, int]]],
@@ -349,14 +399,19 @@ def plot_ports(
     *,
     events: Sequence[EventMark] = (),
     queue_limit_kb: float | None = None,
+    interval_ms: float | None = None,
     max_ports: int = 8,
     title: str = "Switch ports",
 ) -> Path:
-    """Queue depth over time of the busiest ports, and trims/drops per port.
+    """Queue depth over time of the busiest ports, and trims and drops per port by cause.
 
-    queues: port -> (times s, data-queue bytes); counters: port -> {"trims": n, "drops": n or
-    {reason: n}}. Only the `max_ports` ports with the deepest queues (top) and the most
-    trims + drops (bottom) are shown: a fabric has dozens of ports, most of them idle.
+    queues: port -> (times s, data-queue bytes): with `interval_ms`, the deepest queue per
+    interval (testbed.analysis.port_series), else instantaneous samples. counters: port ->
+    {"trims": n, "drops": n or {reason: n}}; drops are split into congestion (a full queue),
+    failure (what a failure action dropped) and other (testbed.analysis.port_series.DROP_CAUSES),
+    since a black hole's drops and a full queue's say opposite things about a transport. Only
+    the `max_ports` ports with the deepest queues (top) and the most trims + drops (bottom) are
+    shown: a fabric has dozens of ports, most of them idle.
     """
     plt = _pyplot()
     fig, (ax_q, ax_c) = plt.subplots(2, 1, figsize=(10, 6.8), gridspec_kw={"height_ratios": [3, 2]})
@@ -379,8 +434,13 @@ def plot_ports(
     ax_q.set_ylim(0, max(peak, queue_limit_kb or 0, 1.0) * 1.4)
     ax_q.set_xlim(left=0)
     ax_q.set_xlabel("time since workload start (s)")
-    ax_q.set_ylabel("data queue (kB)")
-    ax_q.set_title(title + f": queue depth of the {len(busiest)} deepest ports", fontsize=10)
+    if interval_ms:
+        ax_q.set_ylabel(f"deepest data queue\nper {interval_ms:g} ms (kB)")
+        what = f"deepest queue per {interval_ms:g} ms of the {len(busiest)} deepest ports"
+    else:
+        ax_q.set_ylabel("data queue (kB)")
+        what = f"queue depth of the {len(busiest)} deepest ports"
+    ax_q.set_title(f"{title}: {what}", fontsize=10)
     ax_q.grid(alpha=0.3)
     _mark_events(ax_q, events)
     if busiest:
@@ -389,28 +449,39 @@ def plot_ports(
     def total(value: int | Mapping[str, int]) -> int:
         return sum(value.values()) if isinstance(value, Mapping) else int(value)
 
-    rows = {p: (total(c.get("trims", 0)), total(c.get("drops", 0))) for p, c in counters.items()}
-    worst = [p for p in sorted(rows, key=lambda p: -sum(rows[p])) if sum(rows[p]) > 0][:max_ports]
+    rows = {
+        p: {"trims": total(c.get("trims", 0)), **drops_by_cause(c.get("drops", 0))}
+        for p, c in counters.items()
+    }
+    worst = [p for p in sorted(rows, key=lambda p: -sum(rows[p].values()))
+             if sum(rows[p].values()) > 0][:max_ports]  # fmt: skip
+    # trims, congestion and failure always (a zero says something); "other" only if it happened
+    bars = [b for b in DROP_BARS if b[0] != OTHER or any(rows[p][OTHER] for p in worst)]
     if worst:
-        xs = range(len(worst))
-        trims = [rows[p][0] for p in worst]
-        drops = [rows[p][1] for p in worst]
-        bars_t = ax_c.bar([x - 0.2 for x in xs], trims, 0.4, label="trims", color="#f39c12")
-        bars_d = ax_c.bar([x + 0.2 for x in xs], drops, 0.4, label="drops", color="#c0392b")
-        ax_c.bar_label(bars_t, fontsize=7, padding=1)
-        ax_c.bar_label(bars_d, fontsize=7, padding=1)
-        ax_c.set_xticks(list(xs))
+        width = 0.8 / len(bars)
+        for j, (key, label, c) in enumerate(bars):
+            xs = [x + (j - (len(bars) - 1) / 2) * width for x in range(len(worst))]
+            drawn = ax_c.bar(xs, [rows[p][key] for p in worst], width, label=label, color=c)
+            ax_c.bar_label(drawn, fontsize=7, padding=1)
+        ax_c.set_xticks(list(range(len(worst))))
         ax_c.set_xticklabels(worst, rotation=20, ha="right", fontsize=8)
-        ax_c.set_ylim(0, max(max(trims), max(drops)) * 1.25)
-        ax_c.legend(fontsize=8)
+        ax_c.set_ylim(0, max(max(r.values()) for r in rows.values()) * 1.3)
+        ax_c.legend(fontsize=7.5, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     else:
         ax_c.text(0.5, 0.5, "no trims and no drops on any port", ha="center", va="center")
         ax_c.set_xticks([])
     ax_c.set_ylabel("packets")
-    ax_c.set_title("trims and drops per port (whole run)", fontsize=10)
+    ax_c.set_title(f"{title}: trims and drops per port by cause (whole run)", fontsize=10)
     ax_c.grid(alpha=0.3, axis="y")
     fig.tight_layout()
     return _finish(fig, path)
+
+
+PortData = tuple[
+    Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    Mapping[str, Mapping[str, int | Mapping[str, int]]],
+]
+"""(queues, counters) of one transport's run, as `plot_ports` takes them."""
 
 
 def plot_run(
@@ -418,28 +489,46 @@ def plot_run(
     metrics: Mapping[str, TransportMetrics],
     *,
     events: Sequence[EventMark] = (),
-    port_queues: Mapping[str, tuple[Sequence[float], Sequence[float]]] | None = None,
-    port_counters: Mapping[str, Mapping[str, int | Mapping[str, int]]] | None = None,
+    ports: Mapping[str, PortData] | None = None,
+    path_shares: Mapping[str, Mapping[str, Mapping[str, Mapping[str, float]]]] | None = None,
     queue_limit_kb: float | None = None,
+    queue_interval_ms: float | None = None,
     title: str = "",
+    fmt: str = "png",
 ) -> dict[str, Path]:
-    """Every plot a run has data for, into out_dir; returns {caption: path} for the report.
+    """Every plot a run has data for, into out_dir as `fmt` files (PLOT_FORMATS); returns
+    {caption: path} for the report.
 
-    A convenience over the functions above for the runner. The EV-share plot is
-    drawn per transport that reported per-EV bytes; the step CDF only for all-reduce runs.
+    A convenience over the functions above for the runner. The EV-share plot is drawn per
+    transport that reported per-EV bytes, the ports plot per transport whose switch counters
+    are in `ports` (transport -> PortData), the path-share plot if `path_shares` (transport
+    -> testbed.analysis.path_share.path_shares) has any, the step CDF only for all-reduce runs.
+    One `path_colours` map serves every EV-share plot and the path-share plot.
     """
+    if fmt not in PLOT_FORMATS:
+        raise ValueError(f"plot format: {fmt!r} is not one of {', '.join(PLOT_FORMATS)}")
     out_dir = Path(out_dir)
     made: dict[str, Path] = {}
     if not metrics:
         return made
+    heading = f"{title}: " if title else ""
     first = next(iter(metrics.values()))
     made["Goodput over time"] = plot_goodput(
         {n: (m.bin_times, m.goodput_bins) for n, m in metrics.items()},
-        out_dir / "goodput.png",
+        out_dir / f"goodput.{fmt}",
         events=events,
         bottleneck_mbps=first.bottleneck_mbps if first.bottleneck_mbps < math.inf else None,
-        title=f"{title}: goodput" if title else "Goodput",
+        title=f"{heading}goodput" if title else "Goodput",
     )
+    spines = {
+        path_name(spine)
+        for s in (path_shares or {}).values()
+        for per_leaf in s.values()
+        if isinstance(per_leaf, Mapping)
+        for per in per_leaf.values()
+        for spine in per
+    }
+    colours = path_colours({k for m in metrics.values() for k in m.ev_bytes} | spines)
     for n, m in metrics.items():
         ev = m.ev_bytes
         if ev:
@@ -447,28 +536,34 @@ def plot_run(
             made[f"Traffic share per EV ({n})"] = plot_ev_share(
                 m.bin_times[:length],
                 {k: list(v)[:length] for k, v in ev.items()},
-                out_dir / f"ev_share_{n}.png",
+                out_dir / f"ev_share_{n}.{fmt}",
                 events=events,
-                title=f"{title}: traffic share per EV, {n}"
-                if title
-                else f"Traffic share per EV, {n}",
-            )
+                title=f"{heading}traffic share per EV, {n}" if title else f"Traffic share per EV, {n}",
+                colours=colours,
+            )  # fmt: skip
     if any(m.step_ms or m.steps_unfinished for m in metrics.values()):
         made["Step-time CDF"] = plot_step_cdf(
             {n: m.step_ms for n, m in metrics.items()},
-            out_dir / "step_cdf.png",
+            out_dir / f"step_cdf.{fmt}",
             unfinished={n: m.steps_unfinished for n, m in metrics.items()},
-            title=f"{title}: all-reduce step time" if title else "All-reduce step time",
+            title=f"{heading}all-reduce step time" if title else "All-reduce step time",
         )
-    if port_queues or port_counters:
-        made["Switch ports: queues, trims and drops"] = plot_ports(
-            port_queues or {},
-            port_counters or {},
-            out_dir / "ports.png",
-            events=events,
-            queue_limit_kb=queue_limit_kb,
-            title=title or "Switch ports",
-        )
+    for n, (queues, counters) in (ports or {}).items():
+        if queues or counters:
+            made[f"Switch ports ({n}): queues, trims and drops"] = plot_ports(
+                queues,
+                counters,
+                out_dir / f"ports_{n}.{fmt}",
+                events=events,
+                queue_limit_kb=queue_limit_kb,
+                interval_ms=queue_interval_ms,
+                title=f"{heading}switch ports, {n}",
+            )
+    if path_shares:
+        made["Traffic share per path (leaf uplinks and downlinks)"] = plot_path_share(
+            path_shares, out_dir / f"path_share.{fmt}", title=title or "Traffic share per path",
+            colours=colours,
+        )  # fmt: skip
     return made
 
 

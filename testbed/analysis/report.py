@@ -162,7 +162,8 @@ def render_report(
     plots: Mapping[str, str | Path] | None = None,
     out_dir: str | Path | None = None,
 ) -> str:
-    """The text of report.md. `plots` maps a caption to a PNG path (made relative to out_dir)."""
+    """The text of report.md. `plots` maps a caption to a plot's path (PNG, SVG or PDF; made
+    relative to out_dir)."""
     out: list[str] = [f"# {summary['scenario']}", ""]
     if scenario is not None and scenario.description.strip():
         out += [scenario.description.strip(), ""]
@@ -308,7 +309,12 @@ def render_report(
         out += ["## Plots", ""]
         for caption, path in plots.items():
             rel = os.path.relpath(path, out_dir) if out_dir is not None else str(path)
-            out += [f"### {caption}", "", f"![{caption}]({Path(rel).as_posix()})", ""]
+            link = Path(rel).as_posix()
+            # A PDF is no image to a Markdown viewer: it gets a link; PNG and SVG are shown.
+            shown = (
+                f"[{caption} (PDF)]({link})" if link.endswith(".pdf") else f"![{caption}]({link})"
+            )
+            out += [f"### {caption}", "", shown, ""]
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -12,8 +12,9 @@ import sys
 from contracts.defaults import ECMP_HASHES, FORWARDINGS
 from contracts.framing import MAX_MTU, MIN_MTU
 from contracts.project import __version__
+from testbed.analysis.plots import PLOT_FORMATS
 from testbed.analysis.validity import EXIT_INVALID
-from testbed.cli import fib
+from testbed.cli import completion, fib
 from testbed.cli.commands import (
     CliError,
     cmd_bench,
@@ -42,6 +43,8 @@ from testbed.fabric.lifecycle import FabricError
 from testbed.fabric.state import DEFAULT_NAME, StateError
 from testbed.fabric.switch_layout import ENV as SWITCH_LAYOUT_ENV
 from testbed.fabric.switch_layout import LAYOUTS
+from testbed.scenario import TRANSPORTS
+from testbed.scenario.catalog import list_scenarios
 from topologies import TopologyError, TopologyParams
 
 
@@ -58,7 +61,21 @@ def build_parser() -> argparse.ArgumentParser:
     _scenario_commands(sub)
     _soak_command(sub)
     _bench_and_lab_commands(sub)
+    co = sub.add_parser(
+        "completion",
+        help="print a shell completion script (install: see README, 'Shell completion')",
+    )
+    co.add_argument("shell", choices=completion.SHELLS)
+    co.set_defaults(func=cmd_completion)
     return ap
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    """The script for args.shell, read off this very parser (testbed.cli.completion)."""
+    names = [e.name for e in list_scenarios() if e.error is None]
+    transports = {"--transport": list(TRANSPORTS), "--transports": list(TRANSPORTS)}
+    print(completion.script(args.shell, build_parser(), names, transports), end="")
+    return 0
 
 
 def _named(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -239,6 +256,12 @@ def _scenario_commands(sub) -> None:
             metavar="KEY=V1,V2,...",
             help="run at each value of a scenario key (e.g. events[0].percent=0,1,2,5); "
             "repeat for a grid; adds to the file's `sweep`",
+        )
+        rp.add_argument(
+            "--plot-format",
+            choices=PLOT_FORMATS,
+            default="png",
+            help="file format of every plot (default png; svg and pdf for papers)",
         )
         if cmd == "run":
             rp.add_argument("--transport", help="run this transport (or a,b,...) instead")

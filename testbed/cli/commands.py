@@ -381,7 +381,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     outcome = run_experiment(
         sc, transports, out, progress=_progress(args), time_dilation=dilation,
         repeat=args.repeat, sweep=args.sweep_map, quick_run=args.quick,
-        data_format=args.data_format,
+        data_format=args.data_format, plot_format=args.plot_format,
     )  # fmt: skip
     return _finish_run(outcome, args)
 
@@ -404,7 +404,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     outcome = run_experiment(
         sc, transports, out, judged=judged, progress=_progress(args), time_dilation=dilation,
         repeat=args.repeat, sweep=args.sweep_map, quick_run=args.quick,
-        data_format=args.data_format,
+        data_format=args.data_format, plot_format=args.plot_format,
     )  # fmt: skip
     return _finish_run(outcome, args)
 

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import json
 
 from contracts.ports import ROCEV2_UDP_PORT
 from testbed.fabric import client
 from testbed.fabric.fib_view import (
     PROTOCOLS,
+    fib_json,
     fib_rows,
     format_fib,
     format_path,
     host_address,
     live_ports,
     load_configs,
+    path_json,
     walk,
 )
 
@@ -28,7 +31,10 @@ def cmd_fib(args: argparse.Namespace) -> int:
         )
     up = live_ports(args.name, args.node)
     rows = fib_rows(configs[args.node], None if up is None else up.get(args.node))
-    print(format_fib(configs[args.node], rows, live_known=up is not None))
+    if args.json:
+        print(json.dumps(fib_json(configs[args.node], rows, live_known=up is not None), indent=1))
+    else:
+        print(format_fib(configs[args.node], rows, live_known=up is not None))
     return 0
 
 
@@ -48,7 +54,8 @@ def cmd_path(args: argparse.Namespace) -> int:
     proto = PROTOCOLS[args.proto]
     up = live_ports(args.name) or {}
     hops = walk(configs, up, leaf, src_ip, dst_ip, args.sport, args.dport, proto)
-    print(format_path(args.src, src_ip, dst_ip, args.sport, args.dport, proto, hops))
+    what = (args.src, src_ip, dst_ip, args.sport, args.dport, proto, hops)
+    print(json.dumps(path_json(*what), indent=1) if args.json else format_path(*what))
     return 0
 
 
@@ -56,6 +63,7 @@ def add_parsers(sub, named) -> None:
     """Register `fib` and `path` on the `testbed` command's sub-parsers."""
     fp = named(sub.add_parser("fib", help="a switch's static FIB and ECMP groups (live members)"))
     fp.add_argument("node", help="a switch, e.g. leaf1 or spine2")
+    fp.add_argument("--json", action="store_true", help="the table as JSON on stdout")
     fp.set_defaults(func=cmd_fib)
     pp = named(
         sub.add_parser("path", help="the switches a 5-tuple crosses, by the switches' own hash")
@@ -67,4 +75,5 @@ def add_parsers(sub, named) -> None:
         "--dport", type=int, default=ROCEV2_UDP_PORT, help="destination port (default RoCEv2)"
     )
     pp.add_argument("--proto", choices=sorted(PROTOCOLS), default="udp")
+    pp.add_argument("--json", action="store_true", help="the hops as JSON on stdout")
     pp.set_defaults(func=cmd_path)

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from testbed.analysis.plots import PLOT_FORMATS
 from testbed.experiment.repetitions import RepeatedOutcome, run_experiment, seeds_for
 from testbed.experiment.runner import (
     Outcome,
@@ -58,10 +59,13 @@ def run_outcome(
     repeat: int | None = None,
     sweep: Mapping[str, Sequence[Any]] | None = None,
     data_format: str = "csv",
+    plot_format: str = "png",
 ) -> Outcome | RepeatedOutcome:
     """`run`, returning the whole outcome (summary, plots, pass/fail, validity): an `Outcome`
     for one run, a `RepeatedOutcome` for repetitions or a sweep."""
     sc = load(scenario)
+    if plot_format not in PLOT_FORMATS:
+        raise ValueError(f"plot_format: {plot_format!r} is not one of {', '.join(PLOT_FORMATS)}")
     if transports is None:
         chosen = list(sc.transports)
     elif isinstance(transports, str):
@@ -77,6 +81,7 @@ def run_outcome(
     return run_experiment(
         sc, chosen, out_dir, progress=progress, time_dilation=time_dilation,
         repeat=repeat, sweep=sweep, quick_run=quick_run, data_format=data_format,
+        plot_format=plot_format,
     )  # fmt: skip
 
 
@@ -91,12 +96,14 @@ def run(
     repeat: int | None = None,
     sweep: Mapping[str, Sequence[Any]] | None = None,
     data_format: str = "csv",
+    plot_format: str = "png",
 ) -> dict[str, Any]:
     """Run a scenario once per transport on fresh fabrics and return its summary (the content
     of ``summary.json``); the results folder (report, CSVs, plots) is `out`, default
     ``results/NAME-TIMESTAMP``. `transports` defaults to the scenario's own. `time_dilation`
     (auto or N) overrides the scenario's `emulation.time_dilation`. `data_format` "parquet"
-    also writes the tidy frames of `testbed.results` as `<frame>.parquet`. Needs root.
+    also writes the tidy frames of `testbed.results` as `<frame>.parquet`. `plot_format`: png, svg
+    or pdf, for every plot. Needs root.
 
     `repeat` N (or the scenario's `seeds`): N runs, the summary holds medians with intervals
     (docs/results.md). `sweep` ({"events[0].percent": [0, 1, 2]}, or the scenario's own):
@@ -114,6 +121,7 @@ def run(
         repeat=repeat,
         sweep=sweep,
         data_format=data_format,
+        plot_format=plot_format,
     )
     summary = dict(outcome.summary)
     summary["out_dir"] = str(outcome.out_dir)

@@ -81,6 +81,7 @@ def run_experiment(
     sweep: Mapping[str, Sequence[Any]] | None = None,
     quick_run: bool = False,
     data_format: str = "csv",
+    plot_format: str = "png",
 ) -> Outcome | RepeatedOutcome:
     """Whatever the scenario and options ask for: a sweep, a repeated run, or one run.
 
@@ -94,8 +95,9 @@ def run_experiment(
     try:
         if points:
             outcome: RepeatedOutcome = _run_sweep(
-                sc, points, transports, out_dir, judged, progress, time_dilation, repeat, quick_run
-            )
+                sc, points, transports, out_dir, judged, progress, time_dilation, repeat,
+                quick_run, plot_format,
+            )  # fmt: skip
         else:
             sc = quick(sc) if quick_run else sc
             if len(seeds) == 1:
@@ -107,10 +109,11 @@ def run_experiment(
                     progress=progress,
                     time_dilation=time_dilation,
                     data_format=data_format,
+                    plot_format=plot_format,
                 )
             outcome = run_repeated(
                 sc, seeds, transports, out_dir, judged=judged, progress=progress,
-                time_dilation=time_dilation,
+                time_dilation=time_dilation, plot_format=plot_format,
             )  # fmt: skip
         if data_format == "parquet":
             from testbed.results import write_parquet  # pandas only when asked for
@@ -135,6 +138,7 @@ def run_repeated(
     progress: Progress | None = None,
     time_dilation: float | str | None = None,
     annotate: Mapping[str, Any] | None = None,
+    plot_format: str = "png",
 ) -> RepeatedOutcome:
     """`sc` once per seed, each in out_dir/rep-NN, then the aggregate in out_dir."""
     progress = progress or Progress()
@@ -153,9 +157,12 @@ def run_repeated(
                 progress=progress,
                 time_dilation=time_dilation,
                 annotate=tag,
+                plot_format=plot_format,
             )
         )
-    return _summarise_repeated(sc, seeds, runs, out_dir, judged, started, annotate, progress)
+    return _summarise_repeated(
+        sc, seeds, runs, out_dir, judged, started, annotate, progress, plot_format
+    )
 
 
 def _summarise_repeated(
@@ -167,6 +174,7 @@ def _summarise_repeated(
     started: datetime,
     annotate: Mapping[str, Any] | None,
     progress: Progress,
+    plot_format: str = "png",
 ) -> RepeatedOutcome:
     leaves = [r.summary for r in runs]
     transports = list(dict.fromkeys(t for s in leaves for t in s["transports"]))
@@ -212,10 +220,10 @@ def _summarise_repeated(
     }
     if any(series.values()):
         plots["Goodput over time: median and range of the valid runs"] = plot_goodput_band(
-            series, out_dir / "goodput_band.png", title=sc.name
+            series, out_dir / f"goodput_band.{plot_format}", title=sc.name
         )
     plots["Headline metrics: median, 95 % CI and every valid run"] = plot_metric_intervals(
-        block, out_dir / "metrics_ci.png", title=sc.name
+        block, out_dir / f"metrics_ci.{plot_format}", title=sc.name
     )
     (out_dir / "report.md").write_text(
         render_repeated_report(summary, plots, out_dir), encoding="utf-8"
@@ -329,6 +337,7 @@ def _run_sweep(
     time_dilation: float | str | None,
     repeat: int | None,
     quick_run: bool,
+    plot_format: str = "png",
 ) -> RepeatedOutcome:
     """Every point of the sweep under out_dir/points/, then sweep.json, sweep.md and a plot."""
     started = datetime.now(timezone.utc)
@@ -345,12 +354,13 @@ def _run_sweep(
             o = run_scenario(
                 _with_seed(point_sc, seeds[0]), transports, where, judged=judged,
                 progress=progress, time_dilation=time_dilation, annotate=tag,
+                plot_format=plot_format,
             )  # fmt: skip
             block = aggregate([o.summary], sc.expect, list(o.summary["transports"]))
         else:
             o = run_repeated(
                 point_sc, seeds, transports, where, judged=judged, progress=progress,
-                time_dilation=time_dilation, annotate=tag,
+                time_dilation=time_dilation, annotate=tag, plot_format=plot_format,
             )  # fmt: skip
             block = o.summary["transports"]
         done.append(
@@ -381,7 +391,7 @@ def _run_sweep(
     for key in summary["sweep"]:
         name = "sweep" if len(summary["sweep"]) == 1 else f"sweep_{_file_safe(key)}"
         plots[f"Headline metrics against {key}"] = plot_sweep(
-            done, key, out_dir / f"{name}.png", title=sc.name
+            done, key, out_dir / f"{name}.{plot_format}", title=sc.name
         )
     (out_dir / "sweep.md").write_text(
         render_sweep_report(summary, plots, out_dir), encoding="utf-8"

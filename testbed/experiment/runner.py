@@ -10,8 +10,9 @@ torn down after), so no transport inherits another's queues, counters or half-he
    `testbed.harness.kernel_baseline`) are started in the workload's hosts;
 3. the workload starts everywhere at once (t0); a timeline thread applies each event at
    ``t0 + at`` through the supervisor and records when the last switch acknowledged it
-   (``applied_at``, CLOCK_MONOTONIC, shared by every namespace); a monitor thread samples the
-   switch queues, a timer-jitter probe and the live goodput;
+   (``applied_at``, CLOCK_MONOTONIC, shared by every namespace); a monitor thread collects
+   the switch ports' queue maxima per 10 ms (which each counters read drains), a timer-jitter
+   probe and the live goodput;
 4. the run ends when the workload is done or ``duration_s`` has passed; counters and the
    endpoints' JSON-lines metrics are collected, and everything is torn down -- on success,
    on an exception and on Ctrl-C alike (``finally``), so `testbed clean` finds nothing;
@@ -53,7 +54,13 @@ from testbed.analysis.metrics import (
     measure,
 )
 from testbed.analysis.path_share import summary_entry as path_share_entry
-from testbed.analysis.plots import event_marks, plot_path_share, plot_run
+from testbed.analysis.plots import PLOT_FORMATS, event_marks, plot_run
+from testbed.analysis.port_series import (
+    QueueMaxima,
+    merge_queue_maxima,
+    queue_series,
+    sparse_json,
+)
 from testbed.analysis.report import write_report, write_summary, write_timeseries_csv
 from testbed.analysis.validity import Thresholds, Timing, Verdict, banner, judge
 from testbed.experiment.calibration import load_budget
@@ -83,7 +90,7 @@ from testbed.scenario import (
 )
 from testbed.scenario.schema import KERNEL_TRANSPORTS
 
-MONITOR_S = 0.25  # switch queue sampling and progress refresh
+MONITOR_S = 0.25  # switch counters read (draining the queue maxima) and progress refresh
 JITTER_TICK_S = 0.002  # the jitter probe's sleep
 DATA_FORMATS = ("csv", "parquet")  # --format: the CSVs always; parquet adds testbed.results' frames
 WAIT_GRACE_S = 0.5  # after duration_s, how long a finishing workload may still take to report
@@ -104,7 +111,9 @@ class RunResult:
     verdict: Verdict = field(default_factory=lambda: Verdict(True))
     reruns: int = 0
     port_queues: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
+    """port -> (s since t0, deepest data queue per interval in bytes)."""
     port_counters: dict[str, dict] = field(default_factory=dict)
+    queue_interval_s: float | None = None  # the switches' queue-maximum interval (virtual)
     switch_counters: dict[str, dict] = field(default_factory=dict)  # `testbed counters`, at the end
     controller: dict | None = None  # the EV controller's report, if the scenario ran one
     note: str = ""
@@ -189,7 +198,11 @@ def _host_udp_drops(name: str, hosts: Sequence[str]) -> int:
 
 
 class Monitor(threading.Thread):
-    """Samples switch queue depths, the machine's timer lateness and the live goodput."""
+    """Collects the switches' queue maxima, the machine's timer lateness and the live goodput.
+
+    Every MONITOR_S it reads every switch's counters, which drains each port's per-interval
+    queue maxima (switch.port.QueueMaxima): a queue that fills and empties between two reads is
+    still seen, and the harness never polls at the queue's own time scale."""
 
     def __init__(
         self,
@@ -210,7 +223,8 @@ class Monitor(threading.Thread):
         self.live_bytes = live_bytes
         self.next_event = next_event
         self.stop_flag = threading.Event()
-        self.queues: dict[str, tuple[list[float], list[float]]] = {}
+        self.maxima: QueueMaxima = {}
+        self.interval_s: float | None = None
         self.late_us: list[float] = []
         self.errors = 0
 
@@ -236,11 +250,7 @@ class Monitor(threading.Thread):
                 self.errors += 1
                 counters = {}
             t = now - self.t0
-            for sw in counters.values():
-                for port, pc in sw.get("ports", {}).items():
-                    times, depth = self.queues.setdefault(port, ([], []))
-                    times.append(t)
-                    depth.append(float(pc.get("queue_bytes", 0)))
+            self.collect(counters)
             mbps = None
             if self.live_bytes is not None:
                 got = self.live_bytes()
@@ -248,6 +258,13 @@ class Monitor(threading.Thread):
                 mbps = (got - last_bytes) * 8 / dt / 1e6
                 last_bytes, last_t = got, now
             self.progress.status(t, self.duration, self.next_event(), mbps)
+
+    def collect(self, counters: dict) -> None:
+        """Merge one counters read's queue maxima (also the final read's, after the run)."""
+        merge_queue_maxima(self.maxima, counters)
+        for sw in counters.values():
+            if sw.get("queue_max_interval_s"):
+                self.interval_s = float(sw["queue_max_interval_s"])
 
     def jitter_p99_us(self) -> float:
         late = sorted(self.late_us)
@@ -382,6 +399,7 @@ def _drive(
     timeline.join(5)
     monitor.join(5)
     switch = client.call(name, {"op": "counters", "node": None}, timeout=10)["counters"]
+    monitor.collect(switch)  # the maxima since the monitor's last read
     host_drops = _host_udp_drops(name, workload_hosts(sc))
     endpoint_late = driver.timer_late_us_p99() if isinstance(driver, EndpointDriver) else []
     run = driver.collect(t0, end_s)
@@ -413,14 +431,20 @@ def _drive(
     if not completed:
         note = (note + "; " if note else "") + f"workload not finished in {sc.duration_s:g}s"
     (workdir / "switch_counters.json").write_text(json.dumps(switch, indent=1))
+    (workdir / "queue_max.json").write_text(json.dumps(
+        {"interval_s": monitor.interval_s, "ports": sparse_json(monitor.maxima, t0)}
+    ))  # fmt: skip
     return RunResult(
         driver.transport,
         run,
         timeline.results(),
         emulation,
         timing,
-        port_queues=monitor.queues,
+        port_queues=queue_series(monitor.maxima, t0, monitor.interval_s)
+        if monitor.interval_s
+        else {},
         port_counters=port_counters,
+        queue_interval_s=monitor.interval_s,
         switch_counters=switch,
         controller=report,
         note=note,
@@ -468,9 +492,11 @@ def run_scenario(
     time_dilation: float | str | None = None,
     annotate: Mapping[str, Any] | None = None,
     data_format: str = "csv",
+    plot_format: str = "png",
 ) -> Outcome:
     """Run `sc` once per transport and write the results folder; nothing is left running.
 
+    `plot_format`: png, svg or pdf (testbed.analysis.plots.PLOT_FORMATS), for every plot.
     `annotate`: blocks added to summary.json as they are (a repetition's index and seed, a
     sweep point's values: testbed.experiment.repetitions).
 
@@ -480,6 +506,8 @@ def run_scenario(
     kernel transport at N > 1 is refused before anything is built; an unjudged one (compare's
     baselines) runs at N = 1 if the fabric fits there, else is skipped with the reason."""
     progress = progress or Progress()
+    if plot_format not in PLOT_FORMATS:
+        raise RunError(f"--plot-format: {plot_format!r} is not one of {', '.join(PLOT_FORMATS)}")
     dilation = plan(sc, time_dilation, load_budget())
     judged_kernel = [
         t for t in (judged or transports) if t in KERNEL_TRANSPORTS and t in transports
@@ -495,7 +523,9 @@ def run_scenario(
     created = first_missing(out_dir)  # what this run creates, handed to the sudo user at the end
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        outcome = _run_all(sc, transports, out_dir, judged, progress, dilation, annotate or {})
+        outcome = _run_all(
+            sc, transports, out_dir, judged, progress, dilation, annotate or {}, plot_format
+        )
         if data_format == "parquet":
             # pandas loads in ~0.3 s: only runs that ask for parquet pay for it.
             from testbed.results import write_parquet
@@ -514,6 +544,7 @@ def _run_all(
     progress: Progress,
     dilation: DilationPlan,
     annotate: Mapping[str, Any],
+    plot_format: str = "png",
 ) -> Outcome:
     started = datetime.now(timezone.utc)
     progress.line(dilation.describe())
@@ -573,24 +604,23 @@ def _run_all(
 
     write_summary(out_dir, summary)
     data = write_timeseries_csv(out_dir, metrics)
-    plots = plot_run(
-        out_dir,
-        metrics,
-        events=event_marks(first.applied),
-        port_queues=first.port_queues,
-        port_counters=first.port_counters,
-        queue_limit_kb=sc.topology.queue_kb,
-        title=f"{sc.name} ({transports[0]})" if len(transports) == 1 else sc.name,
-    )
     shares = {
         t: e["path_share"]
         for t, e in summary["transports"].items()
         if e.get("path_share", {}).get("max_deviation_pct") is not None
     }
-    if shares:
-        plots["Traffic share per path (leaf uplinks and downlinks)"] = plot_path_share(
-            shares, out_dir / "path_share.png", title=sc.name
-        )
+    intervals = [r.queue_interval_s for r in results.values() if r.queue_interval_s]
+    plots = plot_run(
+        out_dir,
+        metrics,
+        events=event_marks(first.applied),
+        ports={t: (r.port_queues, r.port_counters) for t, r in results.items()},
+        path_shares=shares,
+        queue_limit_kb=sc.topology.queue_kb,
+        queue_interval_ms=intervals[0] * 1000 if intervals else None,
+        title=f"{sc.name} ({transports[0]})" if len(transports) == 1 else sc.name,
+        fmt=plot_format,
+    )
     write_report(out_dir, summary, scenario=sc, metrics=metrics, plots=plots)
     warning = emulation_warning(emulation)
     if warning:

@@ -92,6 +92,27 @@ def format_fib(cfg: SwitchConfig, rows: list[FibRow], live_known: bool = True) -
     return "\n".join(lines)
 
 
+def fib_json(cfg: SwitchConfig, rows: list[FibRow], live_known: bool = True) -> dict:
+    """`testbed fib NODE --json`: the table `format_fib` prints, as data."""
+    return {
+        "switch": cfg.name,
+        "router_ip": cfg.router_ip,
+        "ecmp_hash": cfg.ecmp_hash,
+        "ecmp_seed": cfg.seed,
+        "forwarding": cfg.forwarding,
+        "plane_bits": cfg.plane_bits,
+        "live_known": live_known,  # false: the switch did not answer, every member shown live
+        "routes": [
+            {
+                "prefix": r.prefix,
+                "kind": r.kind,
+                "next_hops": [{"port": m.port, "peer": m.peer, "live": m.live} for m in r.members],
+            }
+            for r in rows
+        ],
+    }
+
+
 def _fib_of(cfg: SwitchConfig, ports_up: dict[str, bool]) -> Fib:
     index = {p.name: i for i, p in enumerate(cfg.ports)}
     fib = Fib(
@@ -167,6 +188,35 @@ def format_path(src_node: str, src: str, dst: str, sport: int, dport: int, proto
         lines.append(f"  {hop.node:8} {hop.prefix:18} {how:32} -> {hop.port} -> {peer}")
     lines.append("path: " + " ".join([src_node, *(h.node for h in hops)]))
     return "\n".join(lines)
+
+
+def path_json(
+    src_node: str, src: str, dst: str, sport: int, dport: int, proto: int, hops: list[Hop]
+) -> dict:
+    """`testbed path SRC DST --json`: the walk `format_path` prints, as data. `path` is the
+    node sequence (source host first); each hop says how its switch chose the next."""
+    name = {v: k for k, v in PROTOCOLS.items()}.get(proto, str(proto))
+    return {
+        "src": src_node,
+        "src_ip": src,
+        "dst_ip": dst,
+        "sport": sport,
+        "dport": dport,
+        "proto": name,
+        "hops": [
+            {
+                "node": h.node,
+                "prefix": h.prefix,
+                "members": h.members,
+                "live": h.live,
+                "bucket": h.bucket,
+                "port": h.port,
+                "note": h.note or None,
+            }
+            for h in hops
+        ],
+        "path": [src_node, *(h.node for h in hops)],
+    }
 
 
 # ----- reading a running fabric -------------------------------------------------------------------

@@ -21,7 +21,7 @@ from contracts.ports import ROCEV2_UDP_PORT
 from endpoint.metrics import placed_samples
 from testbed.fabric.paths import predict_path
 from testbed.harness.endpoints import FabricEndpoints
-from testbed.harness.records import FlowRecord, Message, TransportRun
+from testbed.harness.records import FlowRecord, Message, TransportRun, path_name
 from testbed.scenario import AllreduceWorkload, Scenario, flows, workload_hosts
 
 ENDPOINT_TRANSPORTS = ("mrc", "single-path", "spray-no-failover", "roce")
@@ -290,7 +290,7 @@ def path_namer(sc: Scenario, seed: int) -> Callable[[str, str, int], str]:
             else:
                 nodes = predict_path(fab, src, dst, ev, ROCEV2_UDP_PORT, plane=plane, seed=seed)
                 spines = [n for n in nodes if fab.nodes[n].kind == "spine"]
-                cache[key] = f"via {spines[0]}" if spines else f"via {nodes[1]}"
+                cache[key] = path_name(spines[0] if spines else nodes[1])
         return cache[key]
 
     return name

@@ -11,6 +11,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 
+def path_name(node: str) -> str:
+    """How per-EV traffic names its path (its spine, or the leaf within one leaf): the key of
+    `TransportRun.ev_bytes`, and of the plots' path colours."""
+    return f"via {node}"
+
+
 @dataclass(frozen=True)
 class Message:
     """A unit of application data: posted at `start_s`, complete at `done_s` (None = never)."""
