@@ -20,7 +20,7 @@ from contracts.defaults import ROCE_PORT, prio_limit_bytes
 from switch import fastpath, frames
 from switch.config import SwitchConfig
 from switch.fib import BUCKET_MASK, Fib, mix32
-from switch.port import Port, egress_timing
+from switch.port import Port, arrival_slack, egress_timing
 from switch.queueing import TrimmingQueue, decision_from_env
 
 _SEQ = attrgetter("seq")
@@ -131,8 +131,9 @@ class Switch:
         frame = self.config.mtu + 14  # a full frame of this fabric
         serialisation = frame * min(shaped) if shaped else 0.0
         self.early_s, self.catch_up_s = egress_timing(self.dilation, serialisation)
+        self.slack_s = arrival_slack(self.catch_up_s, serialisation, self.early_s)
         for p in self.ports:
-            p.early, p.catch_up = self.early_s, self.catch_up_s
+            p.early, p.catch_up, p.slack = self.early_s, self.catch_up_s, self.slack_s
 
     # ----- forwarding -------------------------------------------------------------------------
 
@@ -372,6 +373,7 @@ class Switch:
             "timer_late_samples": len(late),
             "time_dilation": self.dilation,
             "early_us": self.early_s * 1e6,
+            "arrival_slack_us": self.slack_s * 1e6,
             # The process's CPU: switches of one shared process report the same figure, so a
             # sum over switches counts each pid once (testbed.bench.capacity_bench).
             "cpu_s": sum(os.times()[:2]),

@@ -140,7 +140,7 @@ def forward_from_ring(sw, port, io: RingSocket, now: float, limit: int = 64) -> 
     udp_flows = sw.udp_flows
     tcp_flows = sw.tcp_flows
     soon = now + sw.early_s
-    floor = now - sw.catch_up_s
+    floor = now - sw.slack_s  # Port.offer's arrival slack
     taken = 0
     nbytes = 0
     # The current run (see the docstring): its Port, tx ring and their state.

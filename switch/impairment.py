@@ -276,7 +276,7 @@ class ImpairedPort(Port):
                 m.peak = q.data_bytes
             return
         busy = self.busy_until
-        busy = (busy if busy > now - self.catch_up else now) + len(frame) * self.sec_per_byte
+        busy = (busy if busy > now - self.slack else now) + len(frame) * self.sec_per_byte
         self.busy_until = busy
         due = busy + self.delay_s
         if due > now + self.early or self.inflight:

@@ -7,7 +7,8 @@ the switch owns the queue, so all of it is emulated in the switch.
 
 Timekeeping is exact: `busy_until` advances by exact serialisation times, so the long-run rate
 is exact even though the event loop wakes up late by the timer's jitter; a late wake-up may catch
-up at most `catch_up` of backlog, so an idle port never bursts.
+up at most `catch_up` of the backlog its queue held, so an idle port never bursts; a frame that
+finds the link idle starts when it arrives, at most `slack` (half a frame time) in the past.
 
 All times here are *virtual* seconds (contracts.clock): at time dilation N the loop hands in
 monotonic / N, so rates and delays are the datacenter's own and only the machine's limits --
@@ -33,6 +34,25 @@ BATCH_REAL_S = 500e-6
 serves every departure of every port that falls due within it (issue 18, item 2)."""
 BATCH_SERIALISATIONS = 0.125
 """... as long as that early service stays under this fraction of one frame's serialisation."""
+
+
+ARRIVAL_SLACK_SERIALISATIONS = 0.5
+"""How far back a frame that finds its link idle may start serialising, in full-frame times.
+
+The loop reads a frame late by its own lateness, so the frame really arrived a little before
+`now`; starting it at the previous frame's end (if that is this recent) keeps a line-rate
+stream at line rate. No further: a frame arriving at an idle link never waited, and starting
+it in the past took its serialisation and delay off a sparse stream (with the whole catch-up
+budget, ACKs 1.2 us apart crossed a 1 us, 10 Gbps link in 0 us at N = 500). Half a frame is
+the lateness a valid run may have (testbed.analysis.validity)."""
+
+
+def arrival_slack(catch_up_s: float, serialisation_s: float, early_s: float) -> float:
+    """The arrival slack (virtual s): ARRIVAL_SLACK_SERIALISATIONS of a full frame's
+    serialisation, within the catch-up budget; on unshaped links only the early window."""
+    if serialisation_s <= 0.0:
+        return early_s
+    return min(catch_up_s, max(early_s, ARRIVAL_SLACK_SERIALISATIONS * serialisation_s))
 
 
 def egress_timing(dilation: float = 1.0, serialisation_s: float = 0.0) -> tuple[float, float]:
@@ -145,7 +165,7 @@ class Port:
         "index", "name", "mac", "peer_mac", "nominal_rate_mbps", "nominal_delay_us", "queue",
         "transmit", "rng", "counters", "up", "blackhole", "loss", "rx_up", "rx_blackhole",
         "rx_loss", "busy_until", "inflight", "rate_mbps", "sec_per_byte", "delay_s", "rx_clean",
-        "direct", "early", "catch_up", "active", "seq", "impair", "qmax",
+        "direct", "early", "catch_up", "slack", "active", "seq", "impair", "qmax",
     )  # fmt: skip
 
     def __init__(
@@ -187,6 +207,7 @@ class Port:
         self.direct = True
         self.early = EARLY_S  # virtual seconds; Switch sets them from its dilation
         self.catch_up = CATCH_UP_S
+        self.slack = EARLY_S  # arrival_slack: Switch sets it from its fastest port
         # The ports with a frame queued or in flight, shared by every port the event loop
         # serves: a port joins when it takes on work (`offer`), the loop drops it once idle,
         # and so a pass over the egress timers visits busy ports only.
@@ -265,9 +286,11 @@ class Port:
                     m.peak = q.data_bytes
                 return
             # Idle link: the frame starts serialising at once (an empty queue admits it and
-            # marks nothing); it leaves now if its serialisation ends within `early`.
+            # marks nothing); it leaves now if its serialisation ends within `early`. "At
+            # once" is back to the previous frame's end at most `slack` ago (ARRIVAL_SLACK_
+            # SERIALISATIONS): catching up further is for frames that waited in the queue.
             busy = self.busy_until
-            busy = (busy if busy > now - self.catch_up else now) + len(frame) * spb
+            busy = (busy if busy > now - self.slack else now) + len(frame) * spb
             self.busy_until = busy
             if delay != 0.0 or busy > now + self.early or self.inflight:
                 if type(frame) is not bytearray:

@@ -135,7 +135,7 @@ def forward_vector(sw, port, io: RingSocket, now: float) -> int:
         hop_port[i] = port_of.setdefault(out, (len(port_of), l2h, tx))[0]
     which = hop_port[inverse]
     soon = now + sw.early_s
-    floor = now - sw.catch_up_s
+    floor = now - sw.slack_s  # Port.offer's arrival slack
     cut = k
     plans = []
     for out, (idx, l2h, tx) in port_of.items():

@@ -103,13 +103,18 @@ def test_deep_bursts_over_ecmp_leave_as_from_the_reference(vector_frames, topo, 
     if topo.get("link_mbps", 0) in (0, 100_000):
         assert sent == total
     else:  # 700 frames at once overflow a 10 Gbps port's queue: tail drops, as the reference
-        assert 0.5 * total < sent < total
+        # (~37 %: a burst that finds the link idle starts serialising when it arrives, not
+        # back at the end of the previous burst, so nothing is sent faster than the line rate)
+        assert 0.25 * total < sent < 0.5 * total
     uplinks = [io for name, io in rings.items() if peer_of(sw, name).startswith("spine")]
     assert sum(1 for io in uplinks if io.sent) >= 3  # sprayed over the spines
     # A flow's first frame fills the flow cache through the per-frame path; most of the rest
     # go by vector (with a shaper, only as many per turn as end within EARLY_S).
+    # At 10 Gbps a burst that finds the link idle starts when it arrives, so ~16 frames
+    # (EARLY_S of serialisation) go straight to the wire per turn and the rest queue.
     share = sum(vector_frames) / total
-    assert share > (0.15 if topo else 0.6), share
+    floor = {0: 0.6, 100_000: 0.15, 10_000: 0.03}[topo.get("link_mbps", 0)]
+    assert share > floor, share
     assert sw.vector_frames == sum(vector_frames)  # the counters the bench reports
     assert sw.vector_bursts == sum(1 for n in vector_frames if n)
 
