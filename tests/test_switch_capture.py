@@ -24,7 +24,7 @@ from switch.config import switch_config
 from switch.control import handle
 from switch.dataplane import Switch
 from switch.pcap import MAGIC_NS, PcapWriter
-from tests.test_switch_dataplane import make_switch, udp_frame
+from tests.test_switch_dataplane import make_switch, udp_frame, uplinks
 from tests.test_switch_fastpath import (
     MemoryRing,
     fabric,
@@ -159,7 +159,7 @@ def test_the_vector_path_leaves_a_captured_port_to_the_recording_path(tmp_path) 
 
     warm = [bytes(udp_frame(payload=b"w" * 200))] * 2
     burst = [bytes(udp_frame(payload=bytes([i]) * 200)) for i in range(200)]
-    host = "leaf1-eth0"
+    host = next(p.name for p in cfg.ports if p.peer_node == "h1")
     runs = {}
     for captured in (False, True):
         sw, rings = bed()
@@ -234,7 +234,8 @@ def ctl(sw: Switch, **req) -> dict:
 
 def test_the_capture_op_starts_stops_and_reports(tmp_path) -> None:
     sw, ios = make_switch("leaf1")
-    host, up = "leaf1-eth0", "leaf1-eth2"
+    up = uplinks(sw)[0]
+    host = next(p.name for p in sw.config.ports if p.peer_node == "h1")
     r = ctl(sw, on=True, dir=str(tmp_path), ports=[up], direction="both", snaplen=64)
     assert r["ok"] and r["files"] == {up: str(tmp_path / f"leaf1-{up}.pcap")}
     assert ctl(sw, on=True, dir=str(tmp_path), ports=[up])["error"].endswith("stop it first")
