@@ -57,11 +57,15 @@ class PortCapture:
     def send(self, frame: bytes | bytearray | memoryview) -> bool:
         """The port's transmit while its tx is captured: the wire's, then the record.
 
-        The clock is read first: an in-memory wire delivers inside `inner`, and the frame's
-        arrival at the peer must not be stamped before its departure here."""
+        The clock and the frame's head are taken first: an in-memory wire delivers inside
+        `inner`, the peer switch rewrites the frame in place as it forwards it, and its
+        arrival there must not be stamped before its departure here."""
         t = self.clock()
+        w = self.writer
+        head = bytes(frame[: w.snaplen])
+        n = len(frame)
         if self.inner(frame):
-            self.writer.record(frame, t)
+            w.record(head, t, n)
             return True
         return False
 

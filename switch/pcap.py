@@ -48,9 +48,12 @@ class PcapWriter:
         self.written = 0
         self.not_written = 0
 
-    def record(self, frame: bytes | bytearray | memoryview, t: float) -> None:
-        n = len(frame)
-        incl = n if n < self.snaplen else self.snaplen
+    def record(self, frame: bytes | bytearray | memoryview, t: float, n: int = -1) -> None:
+        """One record of `frame` at `t`; `n`: the length on the wire if `frame` is already
+        only the head of it (as `head` cut it)."""
+        if n < 0:
+            n = len(frame)
+        incl = min(len(frame), self.snaplen)
         size = self.size + RECORD.size + incl
         if self.max_bytes and size > self.max_bytes:
             self.not_written += 1

@@ -140,7 +140,7 @@ def test_a_captured_ring_switch_records_what_its_ports_carry_and_forwards_as_bef
         counted = getattr(sa.port_by_name[name].counters, key)
         assert stats[name]["written"] == stats[name][key] == len(got) == counted, name
         total += len(got)
-    assert total > 200
+    assert total > 100
     # Put back: the inline paths are the port's own again.
     assert all(p.rx_clean and p.transmit == a[p.name].send for p in sa.ports)
     assert sa.tx_rings == [a[p.name] for p in sa.ports]
