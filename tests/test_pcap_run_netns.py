@@ -70,13 +70,17 @@ def test_a_dilated_run_with_pcap_writes_decodable_virtual_time_captures(tmp_path
     run = subprocess.run(
         ["tshark", "-X", f"lua_script:{DISSECTOR}", "-r", str(spine), "-Y", "mrc.data.present",
          "-T", "fields", "-E", "separator=|", "-e", "mrc.bth.psn", "-e", "mrc.data.ev",
-         "-e", "mrc.data.payload_len", "-e", "frame.len", "-e", "frame.cap_len"],
+         "-e", "mrc.data.payload_len", "-e", "frame.len", "-e", "frame.cap_len",
+         "-e", "mrc.trimmed"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     rows = [line.split("|") for line in run.stdout.strip().splitlines()]
     assert len(rows) > 100
-    for psn, ev, payload_len, wire, kept in rows:
+    trims = summary["transports"]["mrc"]["trims"]
+    for psn, ev, payload_len, wire, kept, trimmed in rows:
         assert psn and ev and int(payload_len) > 0
         assert int(kept) == min(int(wire), 128)
+        # The snaplen cut the payload, not a switch: only a trimmed packet says trimmed.
+        assert trimmed in ("False", "0") or trims > 0, trimmed
     assert len({r[1] for r in rows}) > 1  # sprayed over several EVs

@@ -312,6 +312,10 @@ def _finish_run(outcome, args: argparse.Namespace) -> int:
         print(f"  data:    {path}")
     for caption, path in outcome.plots.items():
         print(f"  plot:    {path}  ({caption})")
+    for t, entry in outcome.summary["transports"].items():
+        for f in entry.get("capture", {}).get("files", []):
+            lost = f", {f['not_written']} not written (max_mb)" if f["not_written"] else ""
+            print(f"  pcap:    {outcome.out_dir / f['file']}  ({t}, {f['written']} frames{lost})")
     judged = ", ".join(outcome.judged)
     emu = outcome.summary.get("emulation", {})
     if not outcome.valid:
