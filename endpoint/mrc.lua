@@ -102,14 +102,17 @@ local function dissect_data(tvb, pinfo, tree, at)
     t:add(f.msg_crc, tvb(at + 32, 4))
     t:add(f.pkt_crc, tvb(at + 36, 4))
     local want = tvb(at + 12, 4):uint()
-    local present = tvb:len() - at - 40
+    -- On the wire (reported), not as captured: a capture with a snaplen (testbed run --pcap
+    -- keeps 128 bytes) cuts the payload too, and that is no trim.
+    local present = tvb:reported_len() - at - 40
+    local captured = tvb:len() - at - 40
     local dscp = ip_dscp()
     local trimmed = present < want or (dscp ~= nil and dscp.value == TRIMMED_DSCP)
     tree:add(f.present, present):set_generated()
     local tr = tree:add(f.trimmed, trimmed)
     tr:set_generated()
     if trimmed then tr:add_proto_expert_info(e_trim) end
-    if present > 0 then tree:add(f.payload, tvb(at + 40, present)) end
+    if captured > 0 then tree:add(f.payload, tvb(at + 40, captured)) end
     local s = string.format("DATA msg=%d off=%s len=%d ev=%d", tvb(at + 8, 4):uint(),
         tostring(tvb(at, 8):uint64()), want, tvb(at + 20, 2):uint())
     if trimmed then s = s .. " [TRIMMED]" end

@@ -134,7 +134,9 @@ def main(argv: list[str] | None = None) -> int:
             )
         loop.run(members, delivered)
     finally:
-        for _, control in members:
+        for sw, control in members:
+            if sw.capture is not None:  # stopped or killed mid-capture: keep what was recorded
+                sw.capture.stop()
             control.close()
     return 0
 

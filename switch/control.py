@@ -14,7 +14,10 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from contracts.clock import virtual_clock
+from switch.capture import Capture
 from switch.impairment import ImpairmentSpec, impair
+from switch.pcap import SNAPLEN_DEFAULT
 
 if TYPE_CHECKING:
     from switch.dataplane import Switch
@@ -117,6 +120,7 @@ OP_KEYS = {
     "port": PORT_KEYS,
     "switch": {"op", "up"},
     "debug": {"op", "on", "path"},
+    "capture": {"op", "on", "dir", "ports", "direction", "snaplen", "max_mb"},
     "stop": {"op"},
 }
 
@@ -150,6 +154,8 @@ def handle(switch: Switch, line: bytes) -> dict[str, Any]:
             return {"ok": True}
         if op == "debug":
             return _debug(switch, req)
+        if op == "capture":
+            return _capture(switch, req)
         if op == "stop":
             switch.running = False
             return {"ok": True}
@@ -218,6 +224,37 @@ def _debug(switch: Switch, req: dict) -> dict:
         switch.debug_log = None
         switch.refresh()
     return {"ok": True}
+
+
+def _capture(switch: Switch, req: dict) -> dict:
+    """{"on": true, "dir", "ports", "direction", "snaplen", "max_mb"}: write a pcap per port
+    into `dir` (switch/capture.py); {"on": false}: stop, flush, and say what was captured."""
+    if not _flag(req, "on"):
+        if switch.capture is None:
+            raise ValueError("no capture is running")
+        stats = switch.capture.stop()
+        switch.capture = None
+        return {"ok": True, "ports": stats}
+    if switch.capture is not None:
+        raise ValueError("a capture is already running; stop it first")
+    directory = req["dir"]
+    if not isinstance(directory, str):
+        raise ValueError(f"dir: must be a path, got {directory!r}")
+    ports = req["ports"]
+    if not isinstance(ports, list):
+        raise ValueError(f"ports: must be a list of port names, got {ports!r}")
+    snaplen = int(_number(req, "snaplen", 14, 262144)) if "snaplen" in req else SNAPLEN_DEFAULT
+    max_mb = _number(req, "max_mb", 0, 1e6) if "max_mb" in req else 0.0
+    switch.capture = Capture(
+        switch,
+        ports,
+        directory,
+        virtual_clock(switch.dilation),
+        direction=req.get("direction", "both"),
+        snaplen=snaplen,
+        max_bytes=int(max_mb * 1e6),
+    )
+    return {"ok": True, "files": {n: pc.writer.path for n, pc in switch.capture.ports.items()}}
 
 
 def request(path: str | Path, req: dict, timeout: float = 2.0) -> dict:

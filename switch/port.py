@@ -165,7 +165,8 @@ class Port:
         "index", "name", "mac", "peer_mac", "nominal_rate_mbps", "nominal_delay_us", "queue",
         "transmit", "rng", "counters", "up", "blackhole", "loss", "rx_up", "rx_blackhole",
         "rx_loss", "busy_until", "inflight", "rate_mbps", "sec_per_byte", "delay_s", "rx_clean",
-        "direct", "early", "catch_up", "slack", "active", "seq", "impair", "qmax",
+        "direct", "early", "catch_up", "slack", "active", "seq", "impair", "qmax", "rx_ok",
+        "rx_capture",
     )  # fmt: skip
 
     def __init__(
@@ -216,17 +217,22 @@ class Port:
         # Stochastic impairments (switch/impairment.py): while set, the port is an ImpairedPort.
         self.impair = None
         self.qmax = QueueMaxima()
+        # While set (switch/capture.py), receive_batch records every burst of this port.
+        self.rx_capture: Callable[[object, float], None] | None = None
         self.refresh()
 
     def refresh(self) -> None:
         """Flags that gate the inline paths; call after any change of failure state or delay.
 
-        `rx_clean`: nothing impairs receive on this port. `direct`: nothing on egress but the
+        `rx_ok`: nothing impairs receive on this port; `rx_clean`: nor is it captured, so
+        the inline paths may take its frames (a captured port's go through
+        `Switch.receive_batch`, which records them). `direct`: nothing on egress but the
         shaper -- carrier up, no gray failure, no propagation delay -- so a frame that finds
         the link idle may go from an rx ring slot straight into this port's tx ring
         (switch/fastpath.py).
         """
-        self.rx_clean = self.rx_up and not self.rx_blackhole and not self.rx_loss
+        self.rx_ok = self.rx_up and not self.rx_blackhole and not self.rx_loss
+        self.rx_clean = self.rx_ok and self.rx_capture is None
         self.direct = self.up and not self.blackhole and not self.loss and self.delay_s == 0.0
         # (An ImpairedPort is never direct: it overrides this.)
 

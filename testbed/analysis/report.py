@@ -305,6 +305,27 @@ def render_report(
         "",
     ]
 
+    captures = {
+        t: e["capture"] for t, e in summary.get("transports", {}).items() if e.get("capture")
+    }
+    if captures:
+        out += ["## Packet captures", ""]
+        cap_rows = [
+            [t, f"`{f['file']}`", str(f["written"]), str(f["not_written"])]
+            for t, c in captures.items()
+            for f in c["files"]
+        ]
+        out += [markdown_table(["transport", "file", "frames", "not written"], cap_rows), ""]
+        first = next(iter(captures.values()))
+        out += [
+            f"Written by the switches, stamped with virtual time (the run's t = 0 is "
+            f"{first['t0_virtual_s']:.9f} s on the pcap clock); {first['snaplen']} bytes kept "
+            f"of each frame, direction {first['direction']}. Frames past a file's cap "
+            f"({first['max_mb']:g} MB) are counted, not written. Decode MRC headers with "
+            "`tshark -X lua_script:endpoint/mrc.lua -r FILE` (docs/wire-format.md).",
+            "",
+        ]
+
     if plots:
         out += ["## Plots", ""]
         for caption, path in plots.items():

@@ -258,6 +258,13 @@ def _scenario_commands(sub) -> None:
             "repeat for a grid; adds to the file's `sweep`",
         )
         rp.add_argument(
+            "--pcap",
+            metavar="SPEC",
+            help="the switches write a pcap per port, stamped with virtual time, into "
+            "raw/<transport>/pcap/: SWITCH:PORT, SWITCH (all its ports) or hosts (leaf ports "
+            "facing hosts), comma-separated; sets the scenario's capture.ports (docs/wire-format.md)",
+        )
+        rp.add_argument(
             "--plot-format",
             choices=PLOT_FORMATS,
             default="png",

@@ -57,6 +57,7 @@ from testbed.labs.grading import (
     list_labs,
 )
 from testbed.scenario import Scenario, ScenarioError, lint, quick, scenario_json_schema
+from testbed.scenario.capture import capture_ports, parse_pcap_arg
 from testbed.scenario.catalog import format_catalog, list_scenarios
 from testbed.scenario.soak_schedule import FailureRates, ScheduleError
 from testbed.scenario.sweep import SweepError, parse_sweep_arg, sweep_points
@@ -243,6 +244,8 @@ def _load_for_run(args: argparse.Namespace) -> Scenario:
     created. Returned as written: `--quick` shortens each run after a sweep sets its values."""
     try:
         sc = load(args.scenario)
+        if getattr(args, "pcap", None):
+            sc = with_pcap(sc, args.pcap)
         sweep: dict = {}
         for text in args.sweep or []:
             sweep.update(parse_sweep_arg(text))
@@ -255,6 +258,17 @@ def _load_for_run(args: argparse.Namespace) -> Scenario:
     for warning in lint(quick(sc) if args.quick else sc):
         print(f"testbed: warning: {warning}", file=sys.stderr)
     return sc
+
+
+def with_pcap(sc: Scenario, spec: str) -> Scenario:
+    """The scenario with `--pcap SPEC` as its `capture.ports` (its other capture keys kept);
+    a name that is not in the fabric is a one-line error, before anything is built."""
+    try:
+        entries = parse_pcap_arg(spec)
+        capture_ports(sc.fabric(), entries, "--pcap")
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    return sc.model_copy(update={"capture": sc.capture.model_copy(update={"ports": entries})})
 
 
 def _progress(args: argparse.Namespace) -> Progress:
@@ -298,6 +312,10 @@ def _finish_run(outcome, args: argparse.Namespace) -> int:
         print(f"  data:    {path}")
     for caption, path in outcome.plots.items():
         print(f"  plot:    {path}  ({caption})")
+    for t, entry in outcome.summary["transports"].items():
+        for f in entry.get("capture", {}).get("files", []):
+            lost = f", {f['not_written']} not written (max_mb)" if f["not_written"] else ""
+            print(f"  pcap:    {outcome.out_dir / f['file']}  ({t}, {f['written']} frames{lost})")
     judged = ", ".join(outcome.judged)
     emu = outcome.summary.get("emulation", {})
     if not outcome.valid:

@@ -73,7 +73,7 @@ from testbed.experiment.dilation import (
 from testbed.experiment.errors import RunError
 from testbed.experiment.ownership import first_missing, hand_over, invoking_user
 from testbed.experiment.provenance import provenance
-from testbed.fabric import client
+from testbed.fabric import client, pcap
 from testbed.fabric.cleanup import clean_fabric
 from testbed.fabric.lifecycle import tear_down
 from testbed.fabric.session import Fabric, new_name
@@ -88,6 +88,7 @@ from testbed.scenario import (
     Scenario,
     workload_hosts,
 )
+from testbed.scenario.capture import capture_ports
 from testbed.scenario.schema import KERNEL_TRANSPORTS
 
 MONITOR_S = 0.25  # switch counters read (draining the queue maxima) and progress refresh
@@ -116,6 +117,7 @@ class RunResult:
     queue_interval_s: float | None = None  # the switches' queue-maximum interval (virtual)
     switch_counters: dict[str, dict] = field(default_factory=dict)  # `testbed counters`, at the end
     controller: dict | None = None  # the EV controller's report, if the scenario ran one
+    capture: dict | None = None  # the switches' pcap files and counts (`capture:`, --pcap)
     note: str = ""
 
 
@@ -348,7 +350,7 @@ def run_transport(
         ).up()
         driver = driver_for(name, sc, transport, workdir)  # reads the running fabric's state
         return _drive(name, sc, driver, workdir, progress, Clock(time_dilation))
-    except (ControlError, OSError, client.ClientError, BaselineError) as exc:
+    except (ControlError, OSError, client.ClientError, BaselineError, pcap.CaptureError) as exc:
         dead = driver.dead() if isinstance(driver, EndpointDriver) else ""
         why = f"endpoint process died: {dead}" if dead else str(exc)
         raise RunError(f"[{transport}] run aborted, fabric torn down: {why}") from None
@@ -368,6 +370,7 @@ def _drive(
     """The workload on the running fabric `name`: go, the timeline of events, monitoring,
     the end of the workload or the deadline, then what the switches and the driver saw.
     Every time here is virtual (`clock`); only sleeps and the wall time are real."""
+    capture = _start_capture(name, sc, workdir / "pcap")
     driver.prepare()
     cpu0 = _cpu_times()
     real0 = time.monotonic()
@@ -398,6 +401,7 @@ def _drive(
         report = controller.stop().as_dict() if controller is not None else None
     timeline.join(5)
     monitor.join(5)
+    captured = _stop_capture(name, capture, t0, workdir) if capture is not None else None
     switch = client.call(name, {"op": "counters", "node": None}, timeout=10)["counters"]
     monitor.collect(switch)  # the maxima since the monitor's last read
     host_drops = _host_udp_drops(name, workload_hosts(sc))
@@ -447,8 +451,34 @@ def _drive(
         queue_interval_s=monitor.interval_s,
         switch_counters=switch,
         controller=report,
+        capture=captured,
         note=note,
     )
+
+
+def _start_capture(name: str, sc: Scenario, directory: Path) -> dict[str, list[str]] | None:
+    """Start the switches' captures (`capture:` / --pcap) before any traffic; the ports."""
+    spec = sc.capture
+    if not spec.enabled:
+        return None
+    ports = capture_ports(sc.fabric(), spec.ports, "capture.ports")
+    pcap.start(name, ports, directory, spec.direction, spec.snaplen, spec.max_mb)
+    return ports
+
+
+def _stop_capture(name: str, ports: dict[str, list[str]], t0: float, workdir: Path) -> dict:
+    """Stop them once the workload is over: summary.json's `capture` entry of a transport.
+
+    Per file: frames written, frames past the cap (`not_written`) and what the port's own
+    counters say it carried meanwhile (`tx_packets`/`rx_packets`; written + not_written is
+    their sum). `t0_virtual_s`: the run's t = 0 on the pcap's clock (virtual seconds)."""
+    stats = pcap.stop(name, list(ports))
+    files = [
+        {"port": where, "file": f"raw/{workdir.name}/pcap/{s['file']}",
+         **{k: s[k] for k in ("written", "not_written", "bytes", "tx_packets", "rx_packets")}}
+        for where, s in stats.items()
+    ]  # fmt: skip
+    return {"t0_virtual_s": round(t0, 9), "files": files}
 
 
 # ----- a whole run -----------------------------------------------------------------------------
@@ -599,6 +629,19 @@ def _run_all(
             entry["ev_retirements"] = r.run.ev_retirements
         if r.controller is not None:
             entry["controller"] = controller_entry(r.controller, r.applied)
+        if r.capture is not None:
+            spec = sc.capture
+            entry["capture"] = {
+                "direction": spec.direction, "snaplen": spec.snaplen, "max_mb": spec.max_mb,
+                **r.capture,
+            }  # fmt: skip
+            written = sum(f["written"] for f in r.capture["files"])
+            lost = sum(f["not_written"] for f in r.capture["files"])
+            progress.line(
+                f"[{t}] pcap: {len(r.capture['files'])} files in "
+                f"{out_dir / 'raw' / t / 'pcap'}, {written} frames"
+                + (f", {lost} not written (past max_mb {spec.max_mb:g})" if lost else "")
+            )
         if r.switch_counters and fab_spines > 1:
             entry["path_share"] = path_share_entry(sc.fabric(), r.switch_counters)
 

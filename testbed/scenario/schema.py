@@ -45,6 +45,7 @@ __all__ = [
     "RECOVERY_ACTIONS",
     "ENDPOINT_TRANSPORT_NAMES",
     "TRANSPORTS",
+    "CaptureSpec",
     "CcSpec",
     "TransportSpec",
     "WORKLOAD_KINDS",
@@ -152,6 +153,24 @@ class ControllerSpec(StrictModel):
     confirm_us: float = Field(default=50.0, ge=0, le=1e6, allow_inf_nan=False)
     poll_ms: float = Field(default=2.0, gt=0, le=10_000, allow_inf_nan=False)
     hold_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+
+
+class CaptureSpec(StrictModel):
+    """`capture:` pcap files the switches write during each transport's run, stamped with
+    virtual time (switch/capture.py), into raw/<transport>/pcap/<switch>-<port>.pcap.
+    `ports`: `SWITCH:PORT`, `SWITCH` (all its ports) or `hosts` (every leaf port facing a host);
+    none: no capture. `snaplen`: bytes kept of each frame (128 holds every MRC header);
+    `direction`: what a port sends, receives or both; `max_mb`: a file's cap, past which
+    frames are counted, not written."""
+
+    ports: list[str] = Field(default=[], max_length=4096)
+    direction: Literal["tx", "rx", "both"] = "both"
+    snaplen: int = Field(default=128, ge=14, le=65535)
+    max_mb: float = Field(default=100.0, gt=0, le=100_000, allow_inf_nan=False)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.ports)
 
 
 class _EventBase(StrictModel):
@@ -525,6 +544,7 @@ class Scenario(StrictModel):
     )
     emulation: EmulationSpec = EmulationSpec()
     controller: ControllerSpec = ControllerSpec()
+    capture: CaptureSpec = CaptureSpec()
     events: list[Event] = []
     # Failure processes drawn from the seed into events of the timeline (random_failures.py).
     random_failures: list[RandomFailureSpec] = []

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from contracts.schema import format_loc, reason_of
 from contracts.workloads import WorkloadSpecError, check_hosts
+from testbed.scenario.capture import capture_ports
 from testbed.scenario.key_paths import SweepError, grid, point_data
 from testbed.scenario.random_failures import RandomFailureSpec, targets
 from testbed.scenario.schema import (
@@ -34,6 +35,7 @@ from testbed.scenario.schema import (
     WORKLOAD_KINDS,
     WORKLOAD_MODELS_BY_KIND,
     AllreduceWorkload,
+    CaptureSpec,
     CcSpec,
     Event,
     Expect,
@@ -158,6 +160,7 @@ _KNOWN_KEYS: dict[tuple, list[str]] = {
     (): list(Scenario.model_fields),
     ("topology",): list(TopologySpec.model_fields),
     ("expect",): list(Expect.model_fields),
+    ("capture",): list(CaptureSpec.model_fields),
 }
 
 
@@ -269,6 +272,7 @@ def _check_meaning(sc: Scenario) -> None:
     _collect(issues, lambda: _check_random_overlap(sc))
     _collect(issues, lambda: _check_expect(sc))
     _collect(issues, lambda: _check_emulation(sc))
+    _collect(issues, lambda: _check_capture(sc, fabric))
     if not issues and sc.sweep:  # each point is checked as a scenario: only a sound base
         _collect(issues, lambda: _check_sweep(sc))
     if issues:
@@ -346,6 +350,14 @@ def _check_emulation(sc: Scenario) -> None:
             f"{kernel[0]} runs on the kernel's clocks, which cannot be dilated; "
             f"emulation.time_dilation {n:g} needs 1 for it",
         )
+
+
+def _check_capture(sc: Scenario, fabric: Fabric) -> None:
+    try:
+        capture_ports(fabric, sc.capture.ports, "capture.ports")
+    except ValueError as exc:
+        path, _, reason = str(exc).partition(": ")
+        raise ScenarioError(path, reason) from None
 
 
 def _check_event(path: str, event: Event, sc: Scenario, fabric: Fabric) -> None:
