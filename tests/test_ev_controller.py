@@ -233,12 +233,16 @@ def _controller(fake: FakeEndpoints, **kw):
 def _congested_and_dead(fake: FakeEndpoints) -> None:
     """Three connections lose an EV through the dead link; four lose (to congestion) an EV
     through leaf1-spine2 and are still FAILED when the controller looks."""
-    through = lambda h, p, link: [e for e in generated_evs() if link in fake.links(h, p, e)]  # noqa: E731
+
+    def through(h: str, p: str, link) -> int:
+        """An EV whose round trip crosses `link` both ways (replies on the same spine)."""
+        evs = [e for e in generated_evs() if link in fake.links(h, p, e)]
+        return min(evs, key=lambda e: len(fake.links(h, p, e)))
+
     for h, p in [("h1", "h3"), ("h5", "h3"), ("h7", "h4")]:
-        fake.fail(h, p, through(h, p, DEAD)[0])
-    busy = ("leaf1", "spine2")
+        fake.fail(h, p, through(h, p, DEAD))
     for h, p in [("h1", "h5"), ("h2", "h7"), ("h1", "h8"), ("h2", "h6")]:
-        fake.fail(h, p, [e for e in through(h, p, busy) if not fake.links(h, p, e) & {DEAD}][0])
+        fake.fail(h, p, through(h, p, ("leaf1", "spine2")))
 
 
 def test_probe_confirmation_clears_congested_evs_and_finds_the_dead_link():

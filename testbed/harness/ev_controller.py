@@ -160,8 +160,15 @@ def _median(xs: list[float]) -> float:
 
 
 SLOW_FACTOR = 1.5
-"""A link whose median probe RTT exceeds the median over all links by this factor is reported
-as slow (`rtt_map`: `slow`): a degraded link's EVs queue behind its lower rate."""
+"""A link whose probes are slow throughout -- even its 25th-percentile RTT exceeds the median
+over all probes by this factor -- is reported as slow (`rtt_map`: `slow`): a degraded link's
+EVs queue behind its lower rate. Not the link's median: the links next to a slow one share
+about half of their round trips with it, and their medians rise too."""
+
+
+def _p25(xs: list[float]) -> float:
+    ys = sorted(xs)
+    return ys[(len(ys) - 1) // 4]
 
 
 def rtt_map(
@@ -170,8 +177,8 @@ def rtt_map(
     """Per-path RTTs from controller probes: `samples` are (host, peer, EV, RTT in virtual µs
     or None); `links_of(host, peer, ev)` the links of that EV's round trip. Per spine (the
     spines the round trip crosses) and per link: the median RTT of the answered probes and how
-    many went unanswered; `slow` the links whose median exceeds SLOW_FACTOR x the median of
-    all answered probes, `dead` those none of whose probes was answered."""
+    many went unanswered; `slow` the links whose 25th-percentile RTT exceeds SLOW_FACTOR x the
+    median of all answered probes, `dead` those none of whose probes was answered."""
     by_link: dict[Link, list[float | None]] = {}
     all_rtts = []
     n = 0
@@ -186,6 +193,7 @@ def rtt_map(
         ok = [r for r in rtts if r is not None]
         return {
             "median_us": round(_median(ok), 3) if ok else None,
+            "p25_us": round(_p25(ok), 3) if ok else None,
             "probes": len(rtts),
             "unanswered": len(rtts) - len(ok),
         }
@@ -206,7 +214,7 @@ def rtt_map(
         "slow": sorted(
             k
             for k, v in links.items()
-            if overall and v["median_us"] is not None and v["median_us"] > SLOW_FACTOR * overall
+            if overall and v["p25_us"] is not None and v["p25_us"] > SLOW_FACTOR * overall
         ),
         "dead": sorted(k for k, v in links.items() if v["median_us"] is None),
     }
@@ -374,6 +382,7 @@ class EvController(threading.Thread):
         # confirm: probe -- each failure's probe answer (True / False), by the Failure itself:
         # an EV that fails again is a new Failure and is probed again
         self._answered: dict[Failure, bool] = {}
+        self._unprobed: set[Failure] = set()  # their probe request failed
         # (host, peer, EV) -> the latest transition to FAILED, while the EV stays FAILED
         self._failed_now: dict[tuple[str, str, int], Failure] = {}
         self._active: list[tuple[list[Deny], float, Link]] = []  # pushed, until (virtual)
@@ -413,7 +422,7 @@ class EvController(threading.Thread):
         self._lift_expired(now)
         if self.confirm == "probe":
             fresh = [f for f in self._failed_now.values() if not self._explained(f)]
-            new = {f for f in fresh if f not in self._answered}
+            new = {f for f in fresh if f not in self._answered and f not in self._unprobed}
             self._probe_failures(sorted(new, key=lambda f: (f.host, f.peer, f.ev, f.t)))
 
             def answered(f: Failure) -> bool | None:
@@ -457,8 +466,11 @@ class EvController(threading.Thread):
                     self.clock.dilation,
                 )
             except (ControlError, OSError) as exc:
+                # no evidence either way, and not asked again (an error per poll would pile up)
                 self.report.errors.append(f"probe: {exc}")
-                return
+                for _, fs in batch.values():
+                    self._unprobed.update(fs)
+                continue
             for host, (_, fs) in batch.items():
                 rtt = {r["ev"]: r["rtt_us"] for r in replies[host]["probes"]}
                 for f in fs:
@@ -469,6 +481,7 @@ class EvController(threading.Thread):
         if len(self._answered) > 100_000:  # a long run's stale answers
             live = set(self._failed_now.values())
             self._answered = {f: a for f, a in self._answered.items() if f in live}
+            self._unprobed &= live
 
     def take_rtt_map(self) -> dict | None:
         """Probe every EV of one connection per host (to a host on the next leaf) and report
