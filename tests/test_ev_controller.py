@@ -258,12 +258,15 @@ def test_probe_confirmation_clears_congested_evs_and_finds_the_dead_link():
     probing = FakeEndpoints()
     _congested_and_dead(probing)
     p = _controller(probing, confirm="probe")
-    p.poll()
+    p.poll()  # one peer per host per poll: h1 -> h3, h2 -> h6, h5 -> h3, h7 -> h4
+    assert len(probing.probed) == 4
     assert [d["link"] for d in p.report.denies] == ["leaf2-spine1"]
+    p.poll()
+    p.poll()  # h1's and h2's other peers
     assert p.report.probes == 7 and p.report.probes_unanswered == 3
     assert p.report.as_dict()["confirm"] == "probe"
     assert len(probing.probed) == 7  # only the failed EVs, each once
-    p.poll()  # nothing new: no second round of probes, no second deny
+    p.poll()  # nothing new: no more probes, no second deny
     assert len(probing.probed) == 7 and len(p.report.denies) == 1
 
 

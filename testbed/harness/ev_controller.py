@@ -357,7 +357,7 @@ class EvController(threading.Thread):
         confirm_us: float = 50.0,
         reply_of: dict[int, int] | None = None,
         confirm: str = "wait",
-        probe_timeout_us: float = 200.0,
+        probe_timeout_us: float = 50.0,
         rtt_map: bool = True,
     ) -> None:
         super().__init__(name="ev-controller", daemon=True)
@@ -447,13 +447,14 @@ class EvController(threading.Thread):
         self._push(verdict, fresh, now)
 
     def _probe_failures(self, todo: list[Failure]) -> None:
-        """Probe the EVs of the new failures, every host at once (one peer per host per
-        round: a control connection answers in order); an answer clears a failure, silence
-        confirms it."""
+        """Probe the EVs of the new failures, every host at once, one peer per host (a
+        control connection answers in order); an answer clears a failure, silence confirms it.
+        One round per poll: a round with a dead EV lasts the whole timeout, and the events
+        must keep being read meanwhile -- the other peers' failures wait for the next poll."""
         groups: dict[tuple[str, str], list[Failure]] = {}
         for f in todo:
             groups.setdefault((f.host, f.peer), []).append(f)
-        while groups:
+        if groups:
             batch: dict[str, tuple[str, list[Failure]]] = {}
             for (host, peer), fs in list(groups.items()):
                 if host not in batch:
@@ -470,7 +471,7 @@ class EvController(threading.Thread):
                 self.report.errors.append(f"probe: {exc}")
                 for _, fs in batch.values():
                     self._unprobed.update(fs)
-                continue
+                return
             for host, (_, fs) in batch.items():
                 rtt = {r["ev"]: r["rtt_us"] for r in replies[host]["probes"]}
                 for f in fs:

@@ -157,7 +157,7 @@ class ControllerSpec(StrictModel):
     poll_ms: float = Field(default=2.0, gt=0, le=10_000, allow_inf_nan=False)
     hold_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     confirm: Literal["wait", "probe"] = "wait"
-    probe_timeout_us: float = Field(default=200.0, gt=0, le=1e6, allow_inf_nan=False)
+    probe_timeout_us: float = Field(default=50.0, gt=0, le=1e6, allow_inf_nan=False)
     rtt_map: bool = True
 
 
