@@ -29,6 +29,14 @@ Requests (every reply is one line with ``"ok": true|false``; errors name the bad
 ``{"op": "events"}``                       -> the EV state changes since the last such request
                                               (virtual time, qp, peer, ev, old, new, reason) and
                                               how many were ``dropped``: MRC's EV event queue
+``{"op": "probe", "peer": P, "evs": [EV, ...], "timeout_us": T, "job": J?}``
+                                           -> one PROBE per EV (default: every EV) on the
+                                              connection to P (job J's, or the newest), in a
+                                              sequence space of their own (endpoint.ev_probe);
+                                              answered when all are answered or T virtual µs
+                                              passed: ``probes`` [{ev, rtt_us | null}] in
+                                              virtual µs, each EV's ``states`` when asked.
+                                              MRC's controller EV probe
 
 A coordinator (a test, the scenario runner) synchronises hosts without sleeping: ``start``
 every endpoint, then ``go`` every endpoint, then ``wait`` on each — see :class:`Coordinator`.
@@ -41,10 +49,12 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 MAX_LINE = 1 << 20
-OPS = ("ping", "start", "go", "wait", "stats", "stop", "deny", "allow", "events", "drain")
+OPS = (
+    "ping", "start", "go", "wait", "stats", "stop", "deny", "allow", "events", "drain", "probe",
+)  # fmt: skip
 
 
 class ControlError(RuntimeError):
@@ -161,12 +171,16 @@ class Coordinator:
     def _all(self, req: dict, hosts: Iterable[str] | None) -> dict[str, dict]:
         """Send ``req`` to every host first, then collect: the hosts act within a few ms."""
         hosts = list(hosts) if hosts is not None else list(self.clients)
-        for h in hosts:
+        return self._each({h: req for h in hosts})
+
+    def _each(self, reqs: Mapping[str, dict], timeout: float | None = None) -> dict[str, dict]:
+        """Send each host its request first, then collect every reply."""
+        for h, req in reqs.items():
             self.clients[h].send(req)
         out, errors = {}, []
-        for h in hosts:  # read every reply, even after an error, so the streams stay in step
+        for h in reqs:  # read every reply, even after an error, so the streams stay in step
             try:
-                out[h] = self.clients[h].receive()
+                out[h] = self.clients[h].receive(timeout)
             except ControlError as exc:
                 errors.append(exc)
         if errors:
@@ -216,6 +230,23 @@ class Coordinator:
     def events(self, hosts: Iterable[str] | None = None) -> dict[str, dict]:
         """Every host's EV events since the last call (and its drop count)."""
         return self._all({"op": "events"}, hosts)
+
+    def probe(
+        self,
+        targets: Mapping[str, tuple[str, Sequence[int] | None]],
+        timeout_us: float,
+        dilation: float = 1.0,
+    ) -> dict[str, dict]:
+        """MRC's controller EV probes: ``targets`` maps a host to (peer, EVs or None for all);
+        each host probes its connection to that peer, all hosts at once. Replies come within
+        ``timeout_us`` of virtual time: ``dilation`` times that in real seconds (plus slack)."""
+        reqs = {}
+        for h, (peer, evs) in targets.items():
+            req: dict = {"op": "probe", "peer": peer, "timeout_us": timeout_us}
+            if evs is not None:
+                req["evs"] = list(evs)
+            reqs[h] = req
+        return self._each(reqs, timeout_us * 1e-6 * dilation + 10.0)
 
     def drain(self, job: int, hosts: Iterable[str] | None = None) -> dict[str, dict]:
         """Every host's job `job` stops posting; what is in flight completes."""

@@ -35,6 +35,7 @@ from contracts.clock import virtual_clock
 from contracts.framing import max_frame_bytes
 from endpoint import udp_io
 from endpoint.control_server import ControlConnection, ControlServer
+from endpoint.ev_probe import ProbeRun
 from endpoint.metrics import DeliveryBins, MetricsWriter, rtt_summary
 from endpoint.pacer import Pacer
 from endpoint.process_config import ConfigError, EndpointConfig, job_transport_config
@@ -101,6 +102,7 @@ class EndpointProcess:
         self.deny_rules: list[tuple[int, int, frozenset[str] | None]] = []
         self._events_seen: dict[int, int] = {}  # qp -> EV transitions the `events` op returned
         self.job_of_qp: dict[int, Job] = {}
+        self._probes: list[tuple[ProbeRun, ControlConnection, dict]] = []  # `probe` unanswered
         self.stopping = False
         self.stop_reason = ""
         self._fds_open: list = []
@@ -177,6 +179,7 @@ class EndpointProcess:
                 "allow": self._allow,
                 "events": self._events,
                 "drain": self._drain,
+                "probe": self._probe,
             },
             clock=self.clock,
         )
@@ -226,6 +229,8 @@ class EndpointProcess:
                         ep.on_timer(now)
                 self._app(now)
                 wake = self._transmit(now)
+                if self._probes:  # answered (read last turn) or expired (timers above)
+                    self._answer_probes()
                 if now >= self._next_bin:
                     self._tick(now)
                 t_next = ep.next_timer()
@@ -601,6 +606,57 @@ class EndpointProcess:
             "dropped": dropped,
         }
 
+    # ----- controller EV probes (MRC's EV probe; endpoint.ev_probe) -------------------------
+
+    def _probe(self, req: dict, c: ControlConnection, now: float) -> dict | None:
+        """Probe `evs` (default: all) of the connection to `peer`; answered when every probe
+        is or `timeout_us` (virtual) passed, with each EV's RTT in virtual µs or None."""
+        peer = req.get("peer")
+        conns = [x for x in self.ep.connections.values() if x.peer == peer]
+        if "job" in req:
+            job = self._job(req)
+            conns = [x for x in conns if self.job_of_qp.get(x.local_qp) is job]
+        if not conns:
+            raise ValueError(f"peer: {self.host} has no connection to {peer!r} (start a job first)")
+        conn = conns[-1]  # the newest: the one a running job is most likely using
+        evs = req.get("evs")
+        if evs is None:
+            evs = [p.ev for p in conn.sender.evs.paths]
+        if not isinstance(evs, list) or not all(
+            isinstance(e, int) and not isinstance(e, bool) for e in evs
+        ):
+            raise ValueError(f"evs: expected a list of EV numbers, got {evs!r}")
+        timeout = req.get("timeout_us", 1000.0)
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout:
+            raise ValueError(f"timeout_us: expected virtual microseconds > 0, got {timeout!r}")
+        if timeout > 10e6:
+            raise ValueError(f"timeout_us: at most 10 s of virtual time, got {timeout!r}")
+        run = conn.probe(evs, now, timeout * 1e-6)
+        paths = conn.sender.evs.by_ev
+        base = {
+            "ok": True,
+            "host": self.host,
+            "peer": peer,
+            "qp": conn.local_qp,
+            "t": now,
+            "timeout_us": timeout,
+            # each EV's state when asked: a DENIED or FAILED EV may answer (the path healed)
+            "states": {str(ev): paths[ev].state.value for ev in dict.fromkeys(evs)},
+        }
+        self._probes.append((run, c, base))
+        return None
+
+    def _answer_probes(self) -> None:
+        """Answer the `probe` requests whose probes are all answered or timed out (the
+        transport's timer expires them: Connection.next_timer includes their deadlines)."""
+        keep = []
+        for run, client, base in self._probes:
+            if run.done:
+                self.control.reply(client, {**base, "probes": run.result()})
+            else:
+                keep.append((run, client, base))
+        self._probes = keep
+
     def _deny_on(self, conns: list, rule: tuple[int, int], now: float) -> int:
         """`rule` on every connection of `conns` that has not got it, all or none; returns how
         many EVs it denied. A refusal undoes it where it was just applied, and only there."""
@@ -729,6 +785,9 @@ class EndpointProcess:
             self._write_counters(job, now)
         self._next_bin = now
         self.control.answer_waits(self.jobs, None)
+        for run, _, _ in self._probes:
+            run.outstanding = 0  # stopping: what was answered is the answer
+        self._answer_probes()
         w.write(
             {
                 "type": "end",

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from endpoint import codec
 from endpoint.codec import AckPacket, DataPacket, NackPacket, ProbeAckPacket, ProbePacket
 from endpoint.config import TransportConfig
+from endpoint.ev_probe import MAX_EVS, EvProber, ProbeRun, is_ctl_seq
 from endpoint.receiver import Delivery, Receiver
 from endpoint.sender import Sender
 from endpoint.stats import ConnectionStats, MessageCompletion
@@ -62,6 +63,7 @@ class Connection:
             cfg, local_qp, remote_qp, recv_psn, self.stats, peer_ev_base=peer_ev_base
         )
         self._ctrl: list[tuple[int, bytes, int]] = []  # (ev, payload, tos) replies to send
+        self.prober = EvProber(remote_qp, cfg.tos_control)  # a controller's probes (`probe`)
 
     def send(self, data: bytes, now: float) -> int:
         """Queue one message; returns its message id."""
@@ -77,7 +79,24 @@ class Connection:
         elif isinstance(pkt, ProbePacket):
             self.receiver.on_probe(pkt, self._ctrl)
         elif isinstance(pkt, ProbeAckPacket):
-            self.sender.on_probe_ack(pkt, now)
+            if is_ctl_seq(pkt.probe_seq):
+                self.prober.on_ack(pkt, now)  # a controller's: not the connection's business
+            else:
+                self.sender.on_probe_ack(pkt, now)
+
+    def probe(self, evs: list[int], now: float, timeout: float) -> ProbeRun:
+        """A controller's probes on `evs` of this connection, whatever their state (a DENIED
+        EV may be probed to see whether its path healed); ValueError names an EV that is not
+        the connection's. The run is done when all are answered or `timeout` passed."""
+        if not evs or len(evs) > MAX_EVS:
+            raise ValueError(f"evs: expected 1..{MAX_EVS} EVs, got {len(evs)}")
+        by_ev = self.sender.evs.by_ev
+        for ev in evs:
+            if ev not in by_ev:
+                raise ValueError(f"evs: {ev!r} is not an EV of the connection to {self.peer}")
+        if timeout <= 0:
+            raise ValueError(f"timeout: expected > 0, got {timeout!r}")
+        return self.prober.start(evs, now, timeout)
 
     def poll_transmit(self, now: float, out: list[Transmit], limit: int | None = None) -> int:
         """Append this QP's packets to `out`; returns how many were data (at most `limit`)."""
@@ -86,6 +105,10 @@ class Connection:
             # Replies leave on the EV they answer; its plane follows from the EV index.
             out.append(Transmit(self.peer, planes.get(ev, 0), ev, payload, tos, self.local_qp))
         self._ctrl.clear()
+        if self.prober.has_queued:
+            paths = self.sender.evs.by_ev
+            for ev, payload, tos in self.prober.take(now):
+                out.append(Transmit(self.peer, paths[ev].plane, ev, payload, tos, self.local_qp))
         tuples: list = []
         sent = self.sender.poll_transmit(now, tuples, limit)
         for ev, plane, payload, tos in tuples:
@@ -97,12 +120,22 @@ class Connection:
         ta = self.receiver.ack_deadline
         if ta is not None and (t is None or ta < t):
             t = ta
+        if self.prober.runs:
+            tp = self.prober.next_deadline()
+            if tp is not None and (t is None or tp < t):
+                t = tp
         return t
 
     def on_timer(self, now: float) -> None:
         r = self.receiver
-        if r.ack_deadline is not None and r.ack_deadline <= now:
+        ack_due = r.ack_deadline is not None and r.ack_deadline <= now
+        if ack_due:
             r.flush_ack(self._ctrl)
+        if self.prober.runs and (tp := self.prober.next_deadline()) is not None and tp <= now:
+            self.prober.expire(now)
+            ts = self.sender.next_timer()
+            if not ack_due and (ts is None or ts > now):
+                return  # woken for the controller's probes only: the sender's timers are not due
         self.sender.on_timer(now)
 
     def snapshot(self) -> dict:

@@ -789,3 +789,31 @@ def test_per_peer_denies_and_the_event_queue(loopback):
     co.go(1)
     assert all(s["done"] for s in co.wait(1, timeout=30).values())
     co.stop()
+
+
+def test_controller_probes_on_loopback_answer_per_ev(loopback):
+    """The `probe` op on a live process: every EV of an idle connection answers with an RTT
+    (one loopback round trip, well under the timeout), bad requests name the field, and the
+    job still runs to the end afterwards."""
+    lb = loopback(["a", "b"])
+    co = lb.coordinator()
+    co.start(1, {"workload": {"kind": "alltoall", "bytes": 20_000}, "evs": 8})
+    got = co.probe({"a": ("b", None), "b": ("a", None)}, timeout_us=500_000)
+    for h, peer in (("a", "b"), ("b", "a")):
+        r = got[h]
+        assert r["peer"] == peer and len(r["probes"]) == 8
+        assert all(0 < p["rtt_us"] < 500_000 for p in r["probes"]), r["probes"]
+        assert set(r["states"].values()) == {"good"}
+    evs = [p["ev"] for p in got["a"]["probes"]]
+    with ControlClient(str(lb.sock("a"))) as c:
+        with pytest.raises(ControlError, match="peer: a has no connection to 'zz'"):
+            c.call({"op": "probe", "peer": "zz"})
+        with pytest.raises(ControlError, match="evs: 7 is not an EV"):
+            c.call({"op": "probe", "peer": "b", "evs": [7]})
+        with pytest.raises(ControlError, match="timeout_us"):
+            c.call({"op": "probe", "peer": "b", "timeout_us": -1})
+        one = c.call({"op": "probe", "peer": "b", "evs": evs[:2], "timeout_us": 500_000})
+        assert [p["ev"] for p in one["probes"]] == evs[:2]
+    co.go(1)
+    assert all(s["done"] for s in co.wait(1, timeout=30).values())
+    co.stop()

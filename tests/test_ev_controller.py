@@ -13,8 +13,11 @@ from testbed.harness.ev_controller import (
     Failure,
     deny_plan,
     localise,
+    map_targets,
     path_links,
+    probe_votes,
     round_trip_links,
+    rtt_map,
 )
 from topologies import leaf_spine
 
@@ -153,3 +156,147 @@ def test_a_scenario_with_the_controller_denies_the_black_holed_link(tmp_path):
     assert "refused" not in first
     assert 0 < first["failure_to_deny_s"] < 0.01
     assert all(d["link"] == "leaf2-spine1" for d in ctl["denies"])  # no healthy link denied
+
+
+# ----- controller EV probes: confirmation by probe, the RTT map -------------------------------
+
+DEAD = ("leaf2", "spine1")
+
+
+class FakeClock:
+    dilation = 1.0
+
+    def __init__(self) -> None:
+        self.t = 0.01
+
+    def now(self) -> float:
+        return self.t
+
+
+class FakeEndpoints:
+    """The control sockets of every host of SR, answered from a model of the fabric: a probe
+    on an EV whose round trip crosses a dead link is not answered, the others answer with
+    10 µs plus 30 per slow link crossed."""
+
+    def __init__(self, dead=(DEAD,), slow=()) -> None:
+        self.clients = dict.fromkeys(SR.hosts(), None)
+        self.dead, self.slow = set(dead), set(slow)
+        self.pending: dict[str, list[dict]] = {h: [] for h in self.clients}
+        self.probed: list[tuple[str, str, int]] = []
+        self.denied: list[tuple[str, int, int]] = []
+
+    def links(self, host: str, peer: str, ev: int) -> set:
+        return round_trip_links(SR, Failure(host, peer, ev, 0.0), SEED, PAIRS)
+
+    def fail(self, host: str, peer: str, ev: int, t: float = 0.001) -> None:
+        self.pending[host].append(
+            {"t": t, "qp": 1, "peer": peer, "ev": ev, "old": "good", "new": "failed",
+             "reason": "loss"}
+        )  # fmt: skip
+
+    def events(self, hosts=None) -> dict:
+        out = {h: {"events": ev, "dropped": 0} for h, ev in self.pending.items()}
+        self.pending = {h: [] for h in self.clients}
+        return out
+
+    def probe(self, targets, timeout_us, dilation=1.0) -> dict:
+        out = {}
+        for host, (peer, evs) in targets.items():
+            res = []
+            for ev in evs if evs is not None else generated_evs():
+                self.probed.append((host, peer, ev))
+                links = self.links(host, peer, ev)
+                rtt = None if links & self.dead else 10.0 + 30.0 * len(links & self.slow)
+                res.append({"ev": ev, "rtt_us": rtt})
+            out[host] = {"probes": res}
+        return out
+
+    def deny(self, mask, value, hosts=None, peers=None) -> dict:
+        self.denied += [(h, mask, value) for h in hosts]
+        return {}
+
+    def allow(self, *a, **k) -> dict:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+def _controller(fake: FakeEndpoints, **kw):
+    from testbed.harness.ev_controller import EvController
+
+    ctl = EvController({}, SR, SEED, FakeClock(), 0.0, reply_of=PAIRS, **kw)  # type: ignore[arg-type]
+    ctl.coordinator = fake  # type: ignore[assignment]
+    return ctl
+
+
+def _congested_and_dead(fake: FakeEndpoints) -> None:
+    """Three connections lose an EV through the dead link; four lose (to congestion) an EV
+    through leaf1-spine2 and are still FAILED when the controller looks."""
+
+    def through(h: str, p: str, link) -> int:
+        """An EV whose round trip crosses `link` both ways (replies on the same spine)."""
+        evs = [e for e in generated_evs() if link in fake.links(h, p, e)]
+        return min(evs, key=lambda e: len(fake.links(h, p, e)))
+
+    for h, p in [("h1", "h3"), ("h5", "h3"), ("h7", "h4")]:
+        fake.fail(h, p, through(h, p, DEAD))
+    for h, p in [("h1", "h5"), ("h2", "h7"), ("h1", "h8"), ("h2", "h6")]:
+        fake.fail(h, p, through(h, p, ("leaf1", "spine2")))
+
+
+def test_probe_confirmation_clears_congested_evs_and_finds_the_dead_link():
+    """Waiting cannot tell a congested EV still FAILED from a dead one: with four congested
+    connections on leaf1-spine2 it denies that healthy link. Probing clears them (they answer)
+    and the three silent ones name the dead link."""
+    waiting = FakeEndpoints()
+    _congested_and_dead(waiting)
+    w = _controller(waiting, confirm="wait", confirm_us=0.0)
+    w.poll()
+    assert [d["link"] for d in w.report.denies] == ["leaf1-spine2"]  # the wrong one
+
+    probing = FakeEndpoints()
+    _congested_and_dead(probing)
+    p = _controller(probing, confirm="probe")
+    p.poll()  # one peer per host per poll: h1 -> h3, h2 -> h6, h5 -> h3, h7 -> h4
+    assert len(probing.probed) == 4
+    assert [d["link"] for d in p.report.denies] == ["leaf2-spine1"]
+    p.poll()
+    p.poll()  # h1's and h2's other peers
+    assert p.report.probes == 7 and p.report.probes_unanswered == 3
+    assert p.report.as_dict()["confirm"] == "probe"
+    assert len(probing.probed) == 7  # only the failed EVs, each once
+    p.poll()  # nothing new: no more probes, no second deny
+    assert len(probing.probed) == 7 and len(p.report.denies) == 1
+
+
+def test_probe_votes_split_silent_from_answered():
+    fs = [Failure("h1", "h3", 1, 0.0), Failure("h1", "h3", 2, 0.0), Failure("h5", "h3", 3, 0.0)]
+    answers = {fs[0]: False, fs[1]: True}
+    confirmed, alive = probe_votes(fs, answers.get, lambda f: {("a", str(f.ev))})
+    assert confirmed == [fs[0]] and alive == {("a", "2")}  # fs[2] not probed: no evidence
+
+
+def test_the_rtt_map_shows_a_slow_and_a_dead_link():
+    fake = FakeEndpoints(dead=[("leaf1", "spine4")], slow=[("leaf3", "spine2")])
+    ctl = _controller(fake)
+    m = ctl.take_rtt_map()
+    assert m is not None
+    targets = m["pairs"]
+    assert targets == map_targets(SR, SR.hosts()) and len(targets) == 8
+    assert all(SR_LEAF[targets[h]] != SR_LEAF[h] for h in targets)
+    assert m["probes"] == 8 * 64 == len(fake.probed)
+    assert m["slow"] == ["leaf3-spine2"]
+    assert m["by_link"]["leaf3-spine2"]["median_us"] == 40.0
+    assert m["dead"] == ["leaf1-spine4"]
+    assert m["by_link"]["leaf1-spine4"]["unanswered"] == m["by_link"]["leaf1-spine4"]["probes"]
+    assert m["by_spine"]["spine1"]["median_us"] == 10.0
+    assert set(m["by_spine"]) == {"spine1", "spine2", "spine3", "spine4"}
+
+
+def test_rtt_map_of_nothing_answered_has_no_medians():
+    m = rtt_map([("h1", "h3", 5, None)], lambda h, p, e: {("leaf1", "spine1")})
+    assert m["median_us"] is None and m["dead"] == ["leaf1-spine1"] and m["slow"] == []
+
+
+SR_LEAF = {h: next(i.peer_node for i in SR.interfaces[h]) for h in SR.hosts()}

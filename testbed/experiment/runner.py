@@ -384,6 +384,7 @@ def _drive(
         controller = EvController(
             driver.sockets(), sc.fabric(), sc.seed, clock, t0,
             c.min_votes, c.poll_ms, c.hold_ms, c.confirm_us, reply_pairs(sc, driver.transport),
+            c.confirm, c.probe_timeout_us, c.rtt_map,
         )  # fmt: skip
     try:
         timeline.start()

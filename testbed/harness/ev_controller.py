@@ -7,7 +7,10 @@ controller, as a scenario may run one (`controller:` in the scenario file):
 
 1. It reads every endpoint's EV events (the control socket's `events` op) every `poll_ms` of
    real time.
-2. It **localises** the failed link: each EV that went FAILED, and is still FAILED
+2. It **localises** the failed link (with `confirm: probe`, instead of waiting `confirm_us`
+   it probes each new failure's EV at once -- MRC's controller EV probe, the endpoints'
+   `probe` op -- and counts only the EVs that stay silent for `probe_timeout_us`; an EV that
+   answers is cleared, and its round trip's links are taken out of this poll's vote): each EV that went FAILED, and is still FAILED
    `confirm_us` later (its probes went unanswered: a congested path loses a packet, is
    retired, answers its first probe and is GOOD again within that time; a dead one does not),
    names a path -- the switches' own forwarding says which (`testbed.fabric.paths.
@@ -29,7 +32,12 @@ The mask needs generated EVs on a source-routed fabric whose leaves have a power
 of uplinks per plane (the uplink field is then a bit field). Elsewhere the controller still
 localises and reports, but pushes nothing, and says why.
 
-Pure functions (`localise`, `deny_plan`) and a thread (`EvController`) that the scenario
+5. At the end (`rtt_map`, on by default) it probes every EV of one connection per host, to a
+   host on the next leaf, and reports the per-path RTTs (median per spine and per link, the
+   links none of whose probes came back, and those clearly slower than the rest) under
+   summary.json's `controller.rtt_us`.
+
+Pure functions (`localise`, `localise_probed`, `rtt_map`, `deny_plan`) and a thread (`EvController`) that the scenario
 runner starts after `go` and stops before collecting.
 """
 
@@ -115,6 +123,120 @@ def localise(
     return Verdict(best, votes, runner_up)
 
 
+def probe_votes(
+    failures: Iterable[Failure],
+    answered: Callable[[Failure], bool | None],
+    links_of: Callable[[Failure], set[Link]],
+) -> tuple[list[Failure], set[Link]]:
+    """Probe-confirmed evidence: the failures whose EV did not answer a controller probe
+    (`answered` False; None: not probed yet, no evidence either way), and the links that an
+    answered probe's round trip just crossed -- alive now, so not the failed one."""
+    confirmed, alive = [], set()
+    for f in failures:
+        a = answered(f)
+        if a is False:
+            confirmed.append(f)
+        elif a:
+            alive |= links_of(f)
+    return confirmed, alive
+
+
+def localise_probed(
+    failures: Iterable[Failure],
+    answered: Callable[[Failure], bool | None],
+    links_of: Callable[[Failure], set[Link]],
+    min_votes: int = 2,
+) -> Verdict | None:
+    """`localise` over the probe-confirmed failures, with the links an answered probe crossed
+    taken out of every round trip (a link that carried a probe and its answer is not dead)."""
+    confirmed, alive = probe_votes(failures, answered, links_of)
+    return localise(confirmed, lambda f: links_of(f) - alive, min_votes)
+
+
+def _median(xs: list[float]) -> float:
+    ys = sorted(xs)
+    n = len(ys)
+    return ys[n // 2] if n % 2 else (ys[n // 2 - 1] + ys[n // 2]) / 2
+
+
+SLOW_FACTOR = 1.5
+"""A link whose probes are slow throughout -- even its 25th-percentile RTT exceeds the median
+over all probes by this factor -- is reported as slow (`rtt_map`: `slow`): a degraded link's
+EVs queue behind its lower rate. Not the link's median: the links next to a slow one share
+about half of their round trips with it, and their medians rise too."""
+
+
+def _p25(xs: list[float]) -> float:
+    ys = sorted(xs)
+    return ys[(len(ys) - 1) // 4]
+
+
+def rtt_map(
+    samples: Iterable[tuple[str, str, int, float | None]], links_of: Callable[..., set[Link]]
+) -> dict:
+    """Per-path RTTs from controller probes: `samples` are (host, peer, EV, RTT in virtual µs
+    or None); `links_of(host, peer, ev)` the links of that EV's round trip. Per spine (the
+    spines the round trip crosses) and per link: the median RTT of the answered probes and how
+    many went unanswered; `slow` the links whose 25th-percentile RTT exceeds SLOW_FACTOR x the
+    median of all answered probes, `dead` those none of whose probes was answered."""
+    by_link: dict[Link, list[float | None]] = {}
+    all_rtts = []
+    n = 0
+    for host, peer, ev, rtt in samples:
+        n += 1
+        if rtt is not None:
+            all_rtts.append(rtt)
+        for link in links_of(host, peer, ev):
+            by_link.setdefault(link, []).append(rtt)
+
+    def summary(rtts: list[float | None]) -> dict:
+        ok = [r for r in rtts if r is not None]
+        return {
+            "median_us": round(_median(ok), 3) if ok else None,
+            "p25_us": round(_p25(ok), 3) if ok else None,
+            "probes": len(rtts),
+            "unanswered": len(rtts) - len(ok),
+        }
+
+    by_spine: dict[str, list[float | None]] = {}
+    for link, rtts in by_link.items():
+        for node in link:
+            if node.startswith("spine"):
+                by_spine.setdefault(node, []).extend(rtts)
+    overall = _median(all_rtts) if all_rtts else None
+    links = {f"{a}-{b}": summary(r) for (a, b), r in sorted(by_link.items())}
+    return {
+        "probes": n,
+        "answered": len(all_rtts),
+        "median_us": None if overall is None else round(overall, 3),
+        "by_spine": {sp: summary(r) for sp, r in sorted(by_spine.items())},
+        "by_link": links,
+        "slow": sorted(
+            k
+            for k, v in links.items()
+            if overall and v["p25_us"] is not None and v["p25_us"] > SLOW_FACTOR * overall
+        ),
+        "dead": sorted(k for k, v in links.items() if v["median_us"] is None),
+    }
+
+
+def map_targets(fab: Fabric, hosts: Sequence[str]) -> dict[str, str]:
+    """Whom each host probes for the RTT map: a host on the next leaf (of its first plane), so
+    every leaf's uplinks carry probes out and every leaf's downlinks carry probes in."""
+    leaf_of = {h: _leaf_of(fab, h, 1) for h in hosts}
+    leaves = sorted(set(leaf_of.values()))
+    out = {}
+    for i, h in enumerate(hosts):
+        if len(leaves) < 2:
+            others = [x for x in hosts if x != h]
+        else:
+            nxt = leaves[(leaves.index(leaf_of[h]) + 1) % len(leaves)]
+            others = [x for x in hosts if leaf_of[x] == nxt]
+        if others:
+            out[h] = others[i % len(others)]
+    return out
+
+
 @dataclass(frozen=True)
 class Deny:
     host: str
@@ -196,16 +318,27 @@ class ControllerReport:
     failures: int = 0
     denies: list[dict] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    confirm: str = "wait"
+    probes: int = 0  # confirmation probes sent (confirm: probe)
+    probes_unanswered: int = 0
+    rtt_us: dict | None = None  # the RTT map taken at the end (rtt_map)
 
     def as_dict(self) -> dict:
-        return {
+        out = {
             "polls": self.polls,
             "events": self.events,
             "dropped": self.dropped,
             "failures": self.failures,
             "denies": self.denies,
             "errors": self.errors,
+            "confirm": self.confirm,
         }
+        if self.confirm == "probe":
+            out["probes"] = self.probes
+            out["probes_unanswered"] = self.probes_unanswered
+        if self.rtt_us is not None:
+            out["rtt_us"] = self.rtt_us
+        return out
 
 
 class EvController(threading.Thread):
@@ -223,6 +356,9 @@ class EvController(threading.Thread):
         hold_ms: float | None = None,
         confirm_us: float = 50.0,
         reply_of: dict[int, int] | None = None,
+        confirm: str = "wait",
+        probe_timeout_us: float = 50.0,
+        rtt_map: bool = True,
     ) -> None:
         super().__init__(name="ev-controller", daemon=True)
         self.coordinator = Coordinator(sockets, timeout=10.0)
@@ -237,6 +373,16 @@ class EvController(threading.Thread):
         self.report = ControllerReport()
         self.confirm_s = confirm_us / 1e6
         self.reply_of = reply_of
+        if confirm not in ("wait", "probe"):
+            raise ValueError(f"confirm: expected wait or probe, got {confirm!r}")
+        self.confirm = confirm
+        self.report.confirm = confirm
+        self.probe_timeout_us = probe_timeout_us
+        self.want_rtt_map = rtt_map
+        # confirm: probe -- each failure's probe answer (True / False), by the Failure itself:
+        # an EV that fails again is a new Failure and is probed again
+        self._answered: dict[Failure, bool] = {}
+        self._unprobed: set[Failure] = set()  # their probe request failed
         # (host, peer, EV) -> the latest transition to FAILED, while the EV stays FAILED
         self._failed_now: dict[tuple[str, str, int], Failure] = {}
         self._active: list[tuple[list[Deny], float, Link]] = []  # pushed, until (virtual)
@@ -251,7 +397,8 @@ class EvController(threading.Thread):
                 self.poll()
                 self.stop_flag.wait(self.poll_s)
         finally:
-            self.coordinator.close()
+            if not self.want_rtt_map:
+                self.coordinator.close()  # else stop() closes it, after the map
 
     def poll(self) -> None:
         rep = self.report
@@ -273,15 +420,98 @@ class EvController(threading.Thread):
                 else:
                     self._failed_now.pop(key, None)  # re-admitted (or denied): not evidence
         self._lift_expired(now)
-        fresh = [
-            f
-            for f in self._failed_now.values()
-            if now - f.t >= self.confirm_s and not self._explained(f)
-        ]
-        verdict = localise(fresh, self._round_trip, self.min_votes)
+        if self.confirm == "probe":
+            fresh = [f for f in self._failed_now.values() if not self._explained(f)]
+            new = {f for f in fresh if f not in self._answered and f not in self._unprobed}
+            self._probe_failures(sorted(new, key=lambda f: (f.host, f.peer, f.ev, f.t)))
+
+            def answered(f: Failure) -> bool | None:
+                # silence confirms for good; an answer vouches for its links only now
+                a = self._answered.get(f)
+                return a if a is False or f in new else None
+
+            verdict = localise_probed(fresh, answered, self._round_trip, self.min_votes)
+            for f in new:
+                if self._answered.get(f):  # alive: no longer evidence (as if re-admitted)
+                    self._failed_now.pop((f.host, f.peer, f.ev), None)
+            now = self.clock.now()
+        else:
+            fresh = [
+                f
+                for f in self._failed_now.values()
+                if now - f.t >= self.confirm_s and not self._explained(f)
+            ]
+            verdict = localise(fresh, self._round_trip, self.min_votes)
         if verdict is None or verdict.link in self._denied:
             return
         self._push(verdict, fresh, now)
+
+    def _probe_failures(self, todo: list[Failure]) -> None:
+        """Probe the EVs of the new failures, every host at once, one peer per host (a
+        control connection answers in order); an answer clears a failure, silence confirms it.
+        One round per poll: a round with a dead EV lasts the whole timeout, and the events
+        must keep being read meanwhile -- the other peers' failures wait for the next poll."""
+        groups: dict[tuple[str, str], list[Failure]] = {}
+        for f in todo:
+            groups.setdefault((f.host, f.peer), []).append(f)
+        if groups:
+            batch: dict[str, tuple[str, list[Failure]]] = {}
+            for (host, peer), fs in list(groups.items()):
+                if host not in batch:
+                    batch[host] = (peer, fs)
+                    del groups[(host, peer)]
+            try:
+                replies = self.coordinator.probe(
+                    {h: (p, sorted({f.ev for f in fs})) for h, (p, fs) in batch.items()},
+                    self.probe_timeout_us,
+                    self.clock.dilation,
+                )
+            except (ControlError, OSError) as exc:
+                # no evidence either way, and not asked again (an error per poll would pile up)
+                self.report.errors.append(f"probe: {exc}")
+                for _, fs in batch.values():
+                    self._unprobed.update(fs)
+                return
+            for host, (_, fs) in batch.items():
+                rtt = {r["ev"]: r["rtt_us"] for r in replies[host]["probes"]}
+                for f in fs:
+                    ok = rtt.get(f.ev) is not None
+                    self._answered[f] = ok
+                    self.report.probes += 1
+                    self.report.probes_unanswered += not ok
+        if len(self._answered) > 100_000:  # a long run's stale answers
+            live = set(self._failed_now.values())
+            self._answered = {f: a for f, a in self._answered.items() if f in live}
+            self._unprobed &= live
+
+    def take_rtt_map(self) -> dict | None:
+        """Probe every EV of one connection per host (to a host on the next leaf) and report
+        the per-path RTTs (`rtt_map`); None (and an error noted) if the endpoints did not
+        answer."""
+        targets = map_targets(self.fab, sorted(self.coordinator.clients))
+        if not targets:
+            return None
+        try:
+            replies = self.coordinator.probe(
+                {h: (p, None) for h, p in targets.items()},
+                self.probe_timeout_us,
+                self.clock.dilation,
+            )
+        except (ControlError, OSError) as exc:
+            self.report.errors.append(f"rtt map: {exc}")
+            return None
+        samples = [
+            (h, targets[h], r["ev"], r["rtt_us"]) for h, rep in replies.items()
+            for r in rep["probes"]
+        ]  # fmt: skip
+
+        def links_of(host: str, peer: str, ev: int) -> set[Link]:
+            return self._round_trip(Failure(host, peer, ev, 0.0))
+
+        out = rtt_map(samples, links_of)
+        out["timeout_us"] = self.probe_timeout_us
+        out["pairs"] = dict(sorted(targets.items()))
+        return out
 
     def _explained(self, f: Failure) -> bool:
         """A failure on a link already denied needs no second verdict."""
@@ -348,9 +578,26 @@ class EvController(threading.Thread):
         self._active = keep
 
     def stop(self) -> ControllerReport:
+        """Stop polling; with `rtt_map`, probe the paths once more for the report (the
+        endpoints are still up: the runner stops the controller before collecting)."""
         self.stop_flag.set()
         self.join(10)
+        if self.want_rtt_map:
+            try:
+                self.report.rtt_us = self.take_rtt_map()
+            finally:
+                self.coordinator.close()
         return self.report
 
 
-__all__ = ["EvController", "Failure", "deny_plan", "localise", "path_links"]
+__all__ = [
+    "EvController",
+    "Failure",
+    "deny_plan",
+    "localise",
+    "localise_probed",
+    "map_targets",
+    "path_links",
+    "probe_votes",
+    "rtt_map",
+]

@@ -146,13 +146,20 @@ class ControllerSpec(StrictModel):
     (testbed/harness/ev_controller.py). `min_votes`: connections that must have failed across
     a link; `confirm_us`: virtual microseconds an EV must stay FAILED to count (a congested
     one is re-admitted sooner); `poll_ms`: real milliseconds between reads of the events;
-    `hold_ms`: virtual milliseconds a deny stays before it is lifted (none: to the end)."""
+    `hold_ms`: virtual milliseconds a deny stays before it is lifted (none: to the end).
+    `confirm`: `wait` (an EV still FAILED `confirm_us` later counts) or `probe` (the
+    controller probes the failed EVs -- MRC's controller EV probes -- and counts those silent
+    for `probe_timeout_us`); `rtt_map`: probe every EV of a sample of connections at the end
+    and report per-path RTTs (`controller.rtt_us` in summary.json)."""
 
     enabled: bool = False
     min_votes: int = Field(default=2, ge=1, le=10_000)
     confirm_us: float = Field(default=50.0, ge=0, le=1e6, allow_inf_nan=False)
     poll_ms: float = Field(default=2.0, gt=0, le=10_000, allow_inf_nan=False)
     hold_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    confirm: Literal["wait", "probe"] = "wait"
+    probe_timeout_us: float = Field(default=50.0, gt=0, le=1e6, allow_inf_nan=False)
+    rtt_map: bool = True
 
 
 class CaptureSpec(StrictModel):
