@@ -522,10 +522,17 @@ class EndpointProcess:
         return {"ok": True, "host": self.host, "pid": os.getpid(), "jobs": list(self.jobs)}
 
     def _go(self, req: dict, c: ControlConnection, now: float) -> dict:
+        return self._job_event(req, now, "go")
+
+    def _job_event(self, req: dict, now: float, event: str) -> dict:
+        """`go` or `drain` the request's job, record it, and finish the job if that ended it."""
         job = self._job(req)
         was = job.done
-        job.go(now)
-        self.metrics.write({"type": "job", "t": now, "job": job.job_id, "event": "go"})
+        if event == "go":
+            job.go(now)
+        else:
+            job.drain(now)
+        self.metrics.write({"type": "job", "t": now, "job": job.job_id, "event": event})
         if job.done and not was:
             self._job_done(job, now)
         return {"ok": True, "t": now}
@@ -542,13 +549,7 @@ class EndpointProcess:
 
     def _drain(self, req: dict, c: ControlConnection, now: float) -> dict:
         """The job posts nothing new; what is in flight completes (see Job.drain)."""
-        job = self._job(req)
-        was = job.done
-        job.drain(now)
-        self.metrics.write({"type": "job", "t": now, "job": job.job_id, "event": "drain"})
-        if job.done and not was:
-            self._job_done(job, now)
-        return {"ok": True, "t": now}
+        return self._job_event(req, now, "drain")
 
     def _stop(self, req: dict, c: ControlConnection, now: float) -> dict:
         self.stopping = True
