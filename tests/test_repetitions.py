@@ -1,10 +1,11 @@
-"""Repetitions without a fabric: the statistics (bootstrap intervals, the judged statistic,
+"""Repetitions without a fabric: the statistics (intervals of the median, the judged statistic,
 invalid runs left out), the seeds a run uses, and the aggregate folder a repeated run writes
 (from fake runs: the runner itself is exercised in tests/test_repetitions_netns.py)."""
 
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,9 +14,9 @@ import pytest
 
 from testbed.analysis.aggregate import (
     aggregate,
-    bootstrap_ci,
     describe,
     judge,
+    median_ci,
     repeated_valid,
     transport_stats,
 )
@@ -60,33 +61,42 @@ def entry(
 # --------------------------------------------------------------------------- statistics
 
 
-def test_bootstrap_interval_holds_the_median_and_is_reproducible():
-    values = [3.0, 9.0, 4.0, 12.0, 5.0, 7.0, 6.0]
-    lo, hi = bootstrap_ci(values)
-    assert lo <= 6.0 <= hi  # the sample median
-    assert min(values) <= lo < hi <= max(values)
-    assert bootstrap_ci(values) == (lo, hi)  # seeded
+def test_the_median_interval_is_exact_and_distribution_free():
+    values = [9.0, 3.0, 4.0, 12.0, 5.0, 7.0, 6.0, 8.0, 11.0, 10.0]
+    lo, hi, cover = median_ci(values)
+    assert (lo, hi) == (4.0, 11.0)  # the 2nd smallest and the 2nd largest of 10
+    assert cover == pytest.approx(1 - 2 * 11 / 1024)  # 97.9 %
+    assert median_ci(values, confidence=0.99) == (3.0, 12.0, pytest.approx(1 - 2 / 1024))
 
 
-def test_bootstrap_interval_shrinks_with_more_runs():
+@pytest.mark.parametrize(("n", "coverage"), [(1, 0.0), (2, 0.5), (3, 0.75), (5, 0.9375)])
+def test_too_few_runs_give_their_range_with_its_real_coverage(n, coverage):
+    values = [float(v) for v in range(n, 0, -1)]
+    assert median_ci(values) == (1.0, float(n), pytest.approx(coverage))
+
+
+def test_the_interval_covers_the_median_as_often_as_it_says():
     rng = random.Random(42)
-    draws = [rng.gauss(50, 10) for _ in range(400)]
+    for n in (6, 10, 25):
+        hits = 0
+        for _ in range(2000):
+            lo, hi, cover = median_ci([rng.expovariate(1.0) for _ in range(n)])
+            hits += lo <= math.log(2) <= hi  # the exponential's true median
+        assert cover >= 0.95 and abs(hits / 2000 - cover) < 0.03, (n, hits, cover)
+
+
+def test_the_interval_shrinks_with_more_runs_at_the_same_coverage():
+    rng = random.Random(7)
     widths = {}
-    for n in (3, 10, 40):
-        # the mean width over many samples of size n: one sample could be lucky
+    for n in (10, 40):
         w = [
-            (lambda lh: lh[1] - lh[0])(bootstrap_ci(draws[k * n : (k + 1) * n], resamples=500))
-            for k in range(400 // 40)
+            (lambda c: c[1] - c[0])(median_ci([rng.gauss(50, 10) for _ in range(n)]))
+            for _ in range(200)
         ]
         widths[n] = sum(w) / len(w)
-    assert widths[3] > widths[10] > widths[40]
-
-
-def test_one_value_or_equal_values_give_a_point_interval():
-    assert bootstrap_ci([4.2]) == (4.2, 4.2)
-    assert bootstrap_ci([2.0, 2.0, 2.0]) == (2.0, 2.0)
+    assert widths[10] > 1.5 * widths[40]
     with pytest.raises(ValueError):
-        bootstrap_ci([])
+        median_ci([])
 
 
 def test_describe_keeps_unmeasured_runs_visible_but_out_of_the_statistic():
@@ -231,7 +241,7 @@ def test_the_aggregate_folder_has_summary_report_and_plots(tmp_path, monkeypatch
     assert tcp["expectations"]["passed"] is False  # the median fraction of 0.6 and 0.4
     assert summary["provenance"]["seeds"] == [1, 2, 3]
     report = (tmp_path / "report.md").read_text()
-    assert "85 [80, 90] (n=2)" in report and "rep-02" in report and "**no**" in report
+    assert "85 [80, 90, 50%] (n=2)" in report and "rep-02" in report and "**no**" in report
     assert (tmp_path / "goodput_band.png").stat().st_size > 5000
     assert (tmp_path / "metrics_ci.png").stat().st_size > 5000
     assert o.valid and not o.passed

@@ -128,7 +128,7 @@ def test_the_sweep_folder(tmp_path, monkeypatch):
     assert not o.valid and data["emulation"]["invalid_reasons"] == ["point 3 (points/03-percent=5)"]
     assert (tmp_path / "sweep.png").stat().st_size > 5000
     md = (tmp_path / "sweep.md").read_text()
-    assert "| 2 | tcp | 35 [35, 35] (n=1)" in md and "INVALID points" in md
+    assert "| 2 | tcp | 35 (n=1)" in md and "INVALID points" in md
     assert "| 5 | mrc | — |" in md and "0 of 1" in md
 
 

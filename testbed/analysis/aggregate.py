@@ -1,11 +1,18 @@
-"""Repeated runs summarised: medians with bootstrap confidence intervals, judged on a statistic.
+"""Repeated runs summarised: medians with confidence intervals, judged on a statistic.
 
 One run is one draw: on this machine the same scenario's MRC failover spans 0-19 ms over 12
 runs. So a repeated experiment reports, per transport and metric, the median of the valid
-repetitions with a 95 % confidence interval for that median (a percentile bootstrap: it assumes
-nothing about the shape of the distribution, which for failover times is anything but normal),
-and judges the scenario's expectations on a stated statistic of the repetitions: their median,
-or their worst. Invalid runs (the emulator did not keep up, testbed.analysis.validity) are not
+repetitions with a confidence interval for that median, and judges the scenario's expectations
+on a stated statistic of the repetitions: their median, or their worst.
+
+The interval is the distribution-free one for a median, from order statistics: the k-th
+smallest and k-th largest run, with k the largest for which the binomial(n, 1/2) chance that
+the true median lies outside is at most 5 %. It assumes nothing about the distribution (failover
+times are anything but normal) and its coverage is exact, so it is reported with it
+(`ci_coverage`). Below 6 runs no such 95 % interval exists: it is then the range of the runs,
+with its lower coverage said (75 % at n = 3). A percentile bootstrap of the median, tried
+first, gives the same range at n = 3 and calls it 95 %: over 10 runs of dc-silent-blackhole its
+3-run intervals were no wider than the 10-run one. Invalid runs (the emulator did not keep up, testbed.analysis.validity) are not
 results: they are excluded from every statistic and counted.
 """
 
@@ -16,13 +23,10 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from testbed.analysis.metrics import check_expectations
 from testbed.scenario import Expect
 
 CONFIDENCE = 0.95
-RESAMPLES = 4000
 MIN_VALID_FRACTION = 0.5
 """A repeated run counts as valid when, for every transport, at least this share of its
 repetitions (and at least one) was valid: a median of the few runs that kept up, out of many
@@ -65,40 +69,43 @@ METRICS: dict[str, tuple[str, Callable[[Mapping[str, Any]], float | None]]] = {
 """What is aggregated per transport: name -> (unit, how to read it from a run's summary entry)."""
 
 
-def bootstrap_ci(
-    values: Sequence[float],
-    *,
-    confidence: float = CONFIDENCE,
-    resamples: int = RESAMPLES,
-    seed: int = 0,
-) -> tuple[float, float]:
-    """Percentile-bootstrap confidence interval of the median of `values`.
+def median_ci(
+    values: Sequence[float], confidence: float = CONFIDENCE
+) -> tuple[float, float, float]:
+    """(low, high, coverage): the distribution-free interval of the median of `values`.
 
-    Seeded, so the same values always give the same interval. With one value the interval is
-    that value: a single run says nothing about its spread, and the report shows n beside it."""
-    data = np.asarray([v for v in values if v is not None], dtype=float)
-    if data.size == 0:
-        raise ValueError("bootstrap_ci needs at least one value")
-    if data.size == 1 or np.all(data == data[0]):
-        return float(data[0]), float(data[0])
-    rng = np.random.default_rng(seed)
-    samples = rng.choice(data, size=(resamples, data.size), replace=True)
-    medians = np.median(samples, axis=1)
-    tail = (1 - confidence) / 2 * 100
-    lo, hi = np.percentile(medians, [tail, 100 - tail])
-    return float(lo), float(hi)
+    [x_(k), x_(n+1-k)] covers the median with probability 1 - 2 P(Binomial(n, 1/2) < k); k is
+    the largest with that coverage at least `confidence`, or 1 (the range) when even the range
+    falls short (n < 6 at 95 %)."""
+    data = sorted(float(v) for v in values if v is not None)
+    n = len(data)
+    if n == 0:
+        raise ValueError("median_ci needs at least one value")
+
+    def coverage(k: int) -> float:
+        return 1.0 - 2.0 * sum(math.comb(n, i) for i in range(k)) / 2.0**n
+
+    k = 1
+    while k + 1 <= (n + 1) // 2 and coverage(k + 1) >= confidence:
+        k += 1
+    return data[k - 1], data[n - k], coverage(k)
 
 
 def describe(values: Sequence[float | None]) -> dict[str, Any]:
-    """median, its confidence interval, n, and the values themselves (None: not measured)."""
+    """median, its confidence interval and that interval's coverage, n, and the values
+    themselves (None: not measured)."""
     present = [float(v) for v in values if v is not None and not math.isnan(v)]
     if not present:
-        return {"median": None, "ci_low": None, "ci_high": None, "n": 0, "values": list(values)}
-    lo, hi = bootstrap_ci(present)
+        return {
+            "median": None, "ci_low": None, "ci_high": None, "ci_coverage": None, "n": 0,
+            "values": list(values),
+        }  # fmt: skip
+    lo, hi, cover = median_ci(present)
     return {
         "median": round(statistics.median(present), 4),
         "ci_low": round(lo, 4),
         "ci_high": round(hi, 4),
+        "ci_coverage": round(cover, 4),
         "n": len(present),
         "values": [None if v is None else round(float(v), 4) for v in values],
     }

@@ -248,7 +248,7 @@ def _scenario_commands(sub) -> None:
             type=int,
             metavar="N",
             help="run N times (seeds seed..seed+N-1, or the file's `seeds`): medians with 95 %% "
-            "bootstrap intervals, expectations judged on expect.statistic",
+            "intervals of the median, expectations judged on expect.statistic",
         )
         rp.add_argument(
             "--sweep",

@@ -4,7 +4,7 @@ A single run is one draw of a noisy process, so a claim needs repetitions: each 
 fabric with its own seed (the seed picks the permutation, the ECMP hash and the source ports,
 so another seed is another set of collisions), each a complete results folder of its own
 (`rep-01/`, ...), and beside them an aggregate: per transport and metric the median of the
-valid repetitions with a 95 % bootstrap confidence interval, the expectations judged on the
+valid repetitions with a 95 % distribution-free confidence interval, the expectations judged on the
 scenario's stated statistic (`expect.statistic`), and how many runs were invalid and left out.
 
 A sweep runs the scenario at every point of its `sweep:` grid (testbed.scenario.sweep), each
@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from testbed.analysis.aggregate import CONFIDENCE, RESAMPLES, aggregate, repeated_valid
+from testbed.analysis.aggregate import CONFIDENCE, aggregate, repeated_valid
 from testbed.analysis.report import markdown_table, write_summary
 from testbed.analysis.spread_plots import plot_goodput_band, plot_metric_intervals, plot_sweep
 from testbed.experiment.errors import RunError
@@ -190,7 +190,8 @@ def _summarise_repeated(
             "seeds": list(seeds),
             "statistic": sc.expect.statistic,
             "confidence": CONFIDENCE,
-            "interval": f"percentile bootstrap of the median, {RESAMPLES} resamples",
+            "interval": "distribution-free interval of the median (order statistics); below 6 runs "
+            "the range of the runs, with its lower coverage",
             "runs": [
                 {
                     "index": i,
@@ -237,8 +238,12 @@ def _summarise_repeated(
 def _cell(stats: Mapping[str, Any] | None, fmt: str = ".3g") -> str:
     if not stats or stats.get("median") is None:
         return "—"
+    if stats["n"] == 1:  # one run: a value, no interval
+        return f"{stats['median']:{fmt}} (n=1)"
+    cover = stats.get("ci_coverage")
+    short = f", {cover:.0%}" if cover is not None and cover < CONFIDENCE else ""
     return (
-        f"{stats['median']:{fmt}} [{stats['ci_low']:{fmt}}, {stats['ci_high']:{fmt}}] "
+        f"{stats['median']:{fmt}} [{stats['ci_low']:{fmt}}, {stats['ci_high']:{fmt}}{short}] "
         f"(n={stats['n']})"
     )
 
@@ -440,7 +445,7 @@ def render_sweep_report(
     lines = [
         f"# {summary['scenario']}: sweep over {', '.join(keys)}",
         "",
-        "Each cell: the median of the point's valid runs [95 % bootstrap CI] (n). A point's "
+        "Each cell: the median of the point's valid runs [95 % interval of the median] (n). A point's "
         "folder under `points/` holds its full results.",
         "",
     ]
