@@ -12,18 +12,17 @@ import random
 import socket
 import time
 from collections.abc import Callable
-from operator import attrgetter
 from zlib import crc32
 
 from contracts.clock import check_dilation
 from contracts.defaults import ROCE_PORT, prio_limit_bytes
 from switch import fastpath, frames
 from switch.config import SwitchConfig
+from switch.egress_timers import ActivePorts
 from switch.fib import BUCKET_MASK, Fib, mix32
 from switch.port import Port, arrival_slack, egress_timing
 from switch.queueing import TrimmingQueue, decision_from_env
 
-_SEQ = attrgetter("seq")
 NO_ROUTE = "no_route"
 TTL_EXPIRED = "ttl_expired"
 SWITCH_DOWN = "switch_down"
@@ -74,7 +73,8 @@ class Switch:
                     rng,
                 )
             )
-        self.active: set[Port] = set()  # ports with work (Port.active); the loop may share one
+        # Ports with work (Port.active) and the heap of their departures; the loop may share one.
+        self.active = ActivePorts()
         for p in self.ports:
             p.active = self.active
         self.port_by_name = {p.name: p for p in self.ports}
@@ -403,23 +403,3 @@ class Switch:
             + "\n"
         )
         self.debug_log.flush()
-
-    # ----- the egress timers (the loop itself is switch/loop.py) --------------------------------
-
-    @staticmethod
-    def service_active(active: set[Port], now: float) -> float | None:
-        """Serve the ports in `active` (Port.active) at `now`, in the order of their `seq`;
-        drop those left idle; return the earliest next egress event. A port that takes on work
-        meanwhile (a frame an in-memory wire delivered) joins the set for the next pass.
-
-        Why in order: with switches wired in memory, ports served in one pass can feed one
-        queue, and the order of service decides which of two frames due together goes first;
-        a fixed order makes that tie-break the same in every run (and in the tests)."""
-        deadline = None
-        for port in sorted(active, key=_SEQ):
-            t = port.service(now)
-            if t is None:
-                active.discard(port)
-            elif deadline is None or t < deadline:
-                deadline = t
-        return deadline

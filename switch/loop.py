@@ -28,6 +28,7 @@ from contracts.clock import virtual_clock
 from switch import fastpath
 from switch.control import ControlServer
 from switch.dataplane import Switch
+from switch.egress_timers import ActivePorts
 from switch.port import Port
 
 BURST = 64  # frames from one ring before the next ring's turn: no port starves another
@@ -63,7 +64,7 @@ def run(
     controls = {ctl.fileno(): (ctl, sw) for sw, ctl in members if ctl is not None}
     rings = [e[2] for e in entries.values()]
     ports: list[Port] = [p for sw in switches for p in sw.ports]
-    active: set[Port] = set()  # one set of busy ports for every switch of the loop
+    active = ActivePorts()  # one set of busy ports (and heap of departures) for every switch
     for sw in switches:
         active |= sw.active
         sw.active = active
@@ -79,7 +80,7 @@ def run(
     dilation = switches[0].dilation if switches else 1.0
     monotonic = virtual_clock(dilation)
     wait = select.select
-    service = Switch.service_active
+    service = active.serve
     deadline: float | None = None
     # When a timer is due: every ring once, without asking epoll -- for a few rings; past
     # SCAN_MAX, asking (one syscall) costs less than looking into each ring.
@@ -124,10 +125,10 @@ def run(
                         ctl[0].serve(ctl[1])
             now = monotonic()
             before = delivered[0]
-            deadline = service(active, now)
+            deadline = service(now)
             while delivered[0] != before:
                 before = delivered[0]
-                deadline = service(active, now)
+                deadline = service(now)
             for io in rings:
                 if io.tx_pending:
                     io.flush()  # one syscall hands the port's whole burst to the kernel

@@ -166,7 +166,7 @@ class Port:
         "transmit", "rng", "counters", "up", "blackhole", "loss", "rx_up", "rx_blackhole",
         "rx_loss", "busy_until", "inflight", "rate_mbps", "sec_per_byte", "delay_s", "rx_clean",
         "direct", "early", "catch_up", "slack", "active", "seq", "impair", "qmax", "rx_ok",
-        "rx_capture",
+        "rx_capture", "sched",
     )  # fmt: skip
 
     def __init__(
@@ -212,8 +212,9 @@ class Port:
         # The ports with a frame queued or in flight, shared by every port the event loop
         # serves: a port joins when it takes on work (`offer`), the loop drops it once idle,
         # and so a pass over the egress timers visits busy ports only.
-        self.active: set[Port] = set()
+        self.active: set[Port] = set()  # an egress_timers.ActivePorts once a switch owns it
         self.seq = index  # its place in the loop's order of service (switch/loop.py sets it)
+        self.sched = -1  # its live entry in the loop's heap of departures (egress_timers.py)
         # Stochastic impairments (switch/impairment.py): while set, the port is an ImpairedPort.
         self.impair = None
         self.qmax = QueueMaxima()

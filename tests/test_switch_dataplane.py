@@ -532,7 +532,7 @@ def test_fuzz_thousands_of_frames_never_raise_and_are_all_accounted(name: str) -
         now += rng.choice([0.0, 0.0, 1e-6, 5e-5])
         sw.receive(port, bytearray(f), now)
         if k % 200 == 0:
-            Switch.service_active(sw.active, now)
+            sw.active.serve(now)
     drain(sw, now)
     c = sw.counters()
     assert sum(p["rx_packets"] for p in c["ports"].values()) == n

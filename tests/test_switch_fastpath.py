@@ -106,7 +106,7 @@ def step(sw: Switch, rings: dict[str, MemoryRing], fast: bool, now: float) -> No
                     io.release()
             if not n:
                 break
-    Switch.service_active(sw.active, now)
+    sw.active.serve(now)
     for io in rings.values():
         io.flush()
 

@@ -20,6 +20,7 @@ from scapy.layers.l2 import Ether
 from switch import local_links
 from switch.config import switch_config
 from switch.dataplane import Switch
+from switch.egress_timers import ActivePorts
 from topologies import leaf_spine
 
 # 10 Gbps, 1 µs links, 6 kB queues at time dilation 1000 (so the early window is 0.5 µs, less
@@ -76,7 +77,7 @@ class Bed:
         self.delivered = (
             local_links.link(list(self.switches.values()), self.clock) if wired else None
         )
-        self.active: set = set()  # as switch/loop.py shares one among its switches
+        self.active = ActivePorts()  # as switch/loop.py shares one among its switches
         seq = 0
         for sw in self.switches.values():
             sw.active = self.active
@@ -108,10 +109,10 @@ class Bed:
         """What switch/loop.py does after a burst: serve the busy ports of every switch (one
         shared set), again while an in-memory wire delivered something."""
         before = self.delivered[0]
-        nxt = Switch.service_active(self.active, self.clock.t)
+        nxt = self.active.serve(self.clock.t)
         while self.delivered[0] != before:
             before = self.delivered[0]
-            nxt = Switch.service_active(self.active, self.clock.t)
+            nxt = self.active.serve(self.clock.t)
         return nxt
 
     def _settle_through_veths(self) -> float | None:
