@@ -80,6 +80,11 @@ def test_a_shared_switch_process_is_counted_once():
     }
     assert cap.switch_cpu_s(shared) == 0.8
     assert cap.switch_cpu_us_per_hop(shared) == round(0.8 / 3000 * 1e6, 2)
+    shared["leaf1"]["cpu_sys_s"] = shared["spine1"]["cpu_sys_s"] = 0.3
+    shared["leaf2"]["cpu_sys_s"] = 0.1
+    assert cap.switch_cpu_s(shared, "cpu_sys_s") == 0.4
+    assert cap.switch_kernel_us_per_hop(shared) == round(0.4 / 3000 * 1e6, 2)
+    assert cap.switch_kernel_us_per_hop(COUNTERS) == 0.0  # counters from before the split
 
 
 def test_needed_dilation():

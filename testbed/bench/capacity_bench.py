@@ -100,13 +100,15 @@ def hops_per_real_s(counters: dict, real_s: float) -> float | None:
     return fabric_hops(counters) / real_s if real_s and real_s > 0 else None
 
 
-def switch_cpu_s(counters: dict) -> float:
+def switch_cpu_s(counters: dict, field: str = "cpu_s") -> float:
     """The CPU seconds of the fabric's switch processes: each process once, however many
-    switches it serves (a shared process's switches all report its figure, with its pid)."""
+    switches it serves (a shared process's switches all report its figure, with its pid).
+    `field`: `cpu_s` (all), or its kernel share `cpu_sys_s` (0 from switches that predate it).
+    """
     by_process: dict[object, float] = {}
     for name, sw in counters.items():
         if isinstance(sw, dict):
-            by_process[sw.get("pid", name)] = sw.get("cpu_s", 0.0)
+            by_process[sw.get("pid", name)] = sw.get(field, 0.0)
     return sum(by_process.values())
 
 
@@ -116,6 +118,14 @@ def switch_cpu_us_per_hop(counters: dict) -> float | None:
     cost."""
     hops = fabric_hops(counters)
     return round(switch_cpu_s(counters) / hops * 1e6, 2) if hops else None
+
+
+def switch_kernel_us_per_hop(counters: dict) -> float | None:
+    """The kernel's share of `switch_cpu_us_per_hop` (the processes' system time): ring reads,
+    veth sends and, inside a send to a host, the host's receive path and its endpoint's
+    wake-up -- the floor under any speed-up of the switch's own code."""
+    hops = fabric_hops(counters)
+    return round(switch_cpu_s(counters, "cpu_sys_s") / hops * 1e6, 2) if hops else None
 
 
 def needed_dilation(demand_hops_per_s: float, budget_hops_per_s: float) -> float | None:
@@ -164,6 +174,7 @@ def one_run(fabric: str, n: float, out_dir: Path) -> dict[str, Any]:
         "packet_hops": hops,
         "hops_per_real_s": _round(hops_per_real_s(counters, emu["real_s"])),
         "switch_cpu_us_per_hop": switch_cpu_us_per_hop(counters),
+        "switch_kernel_us_per_hop": switch_kernel_us_per_hop(counters),
         "cpu_util": emu.get("cpu_util"),
         "flows_done": sum(f.get("fct_ms") is not None for f in flows),
         "flows": len(flows),
@@ -216,6 +227,7 @@ def search_fabric(fabric: str, out: Path, max_steps: int, start: float | None = 
         "bracketed": best_n is not None and (best_n <= 1 or best_n / 2 in tried),
         "hops_per_real_s": best["hops_per_real_s"] if best else None,
         "switch_cpu_us_per_hop": best["switch_cpu_us_per_hop"] if best else None,
+        "switch_kernel_us_per_hop": best.get("switch_kernel_us_per_hop") if best else None,
         "wall_s": round(sum(r["wall_s"] for r in runs), 1),
         "baseline_n1": baseline,
         "runs": runs,
@@ -302,7 +314,8 @@ def format_capacity_table(d: dict) -> str:
         f"{d['meta']['load_avg'][0]:.1f}" + (" (quick: 2x2x2 only)" if d["meta"]["quick"] else ""),
         "",
         f"  {'fabric':7} {'hosts':>5} {'Gbps':>5} {'auto N':>7} {'smallest valid N':>17} "
-        f"{'hops/real s':>12} {'sw CPU us/hop':>14} {'wall s':>7}   N=1 baseline",
+        f"{'hops/real s':>12} {'sw CPU us/hop':>14} {'of it kernel':>12} {'wall s':>7}   "
+        "N=1 baseline",
     ]
     for f in d["fabrics"]:
         b = f["baseline_n1"]
@@ -311,7 +324,8 @@ def format_capacity_table(d: dict) -> str:
         lines.append(
             f"  {f['fabric']:7} {f['hosts']:>5} {f['aggregate_gbps']:>5g} "
             f"{f['auto_predicted_n']:>7g} {ncell:>17} {_c(f['hops_per_real_s']):>12} "
-            f"{_c(f['switch_cpu_us_per_hop'], '{:.1f}'):>14} {f['wall_s']:>7.0f}   "
+            f"{_c(f['switch_cpu_us_per_hop'], '{:.1f}'):>14} "
+            f"{_c(f.get('switch_kernel_us_per_hop'), '{:.1f}'):>12} {f['wall_s']:>7.0f}   "
             f"{'valid' if b['valid'] else 'INVALID'}, {_c(b['hops_per_real_s'])} hops/s"
         )
     lines.append("")
