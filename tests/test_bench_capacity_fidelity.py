@@ -85,6 +85,13 @@ def test_a_shared_switch_process_is_counted_once():
     assert cap.switch_cpu_s(shared, "cpu_sys_s") == 0.4
     assert cap.switch_kernel_us_per_hop(shared) == round(0.4 / 3000 * 1e6, 2)
     assert cap.switch_kernel_us_per_hop(COUNTERS) == 0.0  # counters from before the split
+    # What each process had spent when the workload started is not the run's.
+    shared["leaf1"]["cpu_s_at_go"] = shared["spine1"]["cpu_s_at_go"] = 0.2
+    shared["leaf1"]["cpu_sys_s_at_go"] = shared["spine1"]["cpu_sys_s_at_go"] = 0.1
+    assert cap.switch_cpu_s(shared) == 0.8
+    assert cap.switch_cpu_s(shared, since_go=True) == pytest.approx(0.6)
+    assert cap.switch_cpu_us_per_hop(shared) == round(0.6 / 3000 * 1e6, 2)
+    assert cap.switch_kernel_us_per_hop(shared) == round(0.3 / 3000 * 1e6, 2)
 
 
 def test_needed_dilation():

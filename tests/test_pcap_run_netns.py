@@ -43,6 +43,11 @@ def test_a_dilated_run_with_pcap_writes_decodable_virtual_time_captures(tmp_path
     assert len([p for p in ports if p.startswith("spine1:")]) == 2  # one per leaf
     assert "Packet captures" in (out / "report.md").read_text()
     counters = json.loads((out / "raw/mrc/switch_counters.json").read_text())
+    # The runner records each switch's CPU at the workload's start (bench capacity subtracts
+    # it); the switches forwarded a workload since, in user and kernel time.
+    for c in counters.values():
+        assert 0.0 < c["cpu_s_at_go"] < c["cpu_s"], c
+        assert 0.0 <= c["cpu_sys_s_at_go"] <= c["cpu_sys_s"] < c["cpu_s"], c
     data_frames = 0
     for f in cap["files"]:
         path = out / f["file"]

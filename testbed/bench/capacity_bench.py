@@ -100,24 +100,30 @@ def hops_per_real_s(counters: dict, real_s: float) -> float | None:
     return fabric_hops(counters) / real_s if real_s and real_s > 0 else None
 
 
-def switch_cpu_s(counters: dict, field: str = "cpu_s") -> float:
+def switch_cpu_s(counters: dict, field: str = "cpu_s", since_go: bool = False) -> float:
     """The CPU seconds of the fabric's switch processes: each process once, however many
     switches it serves (a shared process's switches all report its figure, with its pid).
     `field`: `cpu_s` (all), or its kernel share `cpu_sys_s` (0 from switches that predate it).
+    `since_go`: only what they spent from the workload's start on (the runner records each
+    switch's figure then, `cpu_s_at_go`): without start-up, the running fabric's cost.
     """
     by_process: dict[object, float] = {}
+    before = field + "_at_go" if since_go else None
     for name, sw in counters.items():
         if isinstance(sw, dict):
-            by_process[sw.get("pid", name)] = sw.get(field, 0.0)
+            spent = sw.get(field, 0.0)
+            if before is not None:
+                spent -= sw.get(before, 0.0)
+            by_process[sw.get("pid", name)] = spent
     return sum(by_process.values())
 
 
 def switch_cpu_us_per_hop(counters: dict) -> float | None:
-    """The switch processes' CPU seconds over the fabric's packet-hops, in µs. cpu_s covers a
-    switch process's whole life (start-up and idle polling too): an upper bound on the per-hop
-    cost."""
+    """The switch processes' CPU seconds over the fabric's packet-hops, in µs: from the
+    workload's start on (`cpu_s_at_go`), so idle polling during the run counts and start-up
+    does not; counters without that figure give the whole life's, an upper bound."""
     hops = fabric_hops(counters)
-    return round(switch_cpu_s(counters) / hops * 1e6, 2) if hops else None
+    return round(switch_cpu_s(counters, since_go=True) / hops * 1e6, 2) if hops else None
 
 
 def switch_kernel_us_per_hop(counters: dict) -> float | None:
@@ -125,7 +131,7 @@ def switch_kernel_us_per_hop(counters: dict) -> float | None:
     veth sends and, inside a send to a host, the host's receive path and its endpoint's
     wake-up -- the floor under any speed-up of the switch's own code."""
     hops = fabric_hops(counters)
-    return round(switch_cpu_s(counters, "cpu_sys_s") / hops * 1e6, 2) if hops else None
+    return round(switch_cpu_s(counters, "cpu_sys_s", True) / hops * 1e6, 2) if hops else None
 
 
 def needed_dilation(demand_hops_per_s: float, budget_hops_per_s: float) -> float | None:

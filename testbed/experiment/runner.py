@@ -364,6 +364,17 @@ def run_transport(
         clean_fabric(name)
 
 
+def _switch_cpu(name: str) -> dict[str, tuple[float, float]]:
+    """Each switch's process CPU seconds (all, kernel) now; empty if the switches predate the
+    split. Costs one counters request (it drains the queue maxima: none yet before traffic)."""
+    counters = client.call(name, {"op": "counters", "node": None}, timeout=10)["counters"]
+    return {
+        node: (c["cpu_s"], c["cpu_sys_s"])
+        for node, c in counters.items()
+        if isinstance(c, dict) and "cpu_sys_s" in c
+    }
+
+
 def _drive(
     name: str, sc: Scenario, driver: Driver, workdir: Path, progress: Progress, clock: Clock
 ) -> RunResult:
@@ -372,6 +383,9 @@ def _drive(
     Every time here is virtual (`clock`); only sleeps and the wall time are real."""
     capture = _start_capture(name, sc, workdir / "pcap")
     driver.prepare()
+    # The switches' CPU so far (start-up, endpoints starting): the run's own share is the
+    # final figure less this (`cpu_s_at_go` in switch_counters.json; bench capacity).
+    at_go = _switch_cpu(name)
     cpu0 = _cpu_times()
     real0 = time.monotonic()
     t0 = driver.go()
@@ -404,6 +418,9 @@ def _drive(
     monitor.join(5)
     captured = _stop_capture(name, capture, t0, workdir) if capture is not None else None
     switch = client.call(name, {"op": "counters", "node": None}, timeout=10)["counters"]
+    for node, cpu in at_go.items():
+        if node in switch:
+            switch[node]["cpu_s_at_go"], switch[node]["cpu_sys_s_at_go"] = cpu
     monitor.collect(switch)  # the maxima since the monitor's last read
     host_drops = _host_udp_drops(name, workload_hosts(sc))
     endpoint_late = driver.timer_late_us_p99() if isinstance(driver, EndpointDriver) else []
