@@ -31,8 +31,6 @@ REQUIRED = {
     "permutation-ecmp-collisions",
     "allreduce-under-failure",
     "multi-plane-failure",
-    "dc-silent-blackhole",
-    "dc-allreduce-under-failure",
 }
 SHIPPED = sorted(SCENARIO_DIR.glob("*.yaml"))
 
