@@ -33,13 +33,13 @@ step "link-down spine1 leaf3: leaf3 repairs locally, spine1 black-holes towards 
 step "testbed down"
 cleanup
 trap - EXIT
-step "testbed compare dc-allreduce-under-failure: MRC vs single-path vs spraying without failover"
+step "testbed compare allreduce-under-failure: MRC vs single-path vs spraying without failover"
 # A ring all-reduce at 10 Gbps with 1 µs links, time-dilated so that two cores keep up (auto:
 # the first run on a machine calibrates it once); a spine-leaf link silently black-holes for
 # 2 ms in the middle. Three fabrics one after another (about a minute); the table, report.md
 # (with each run's validity verdict) and the plots land in $OUT/compare. A failed expectation
 # is reported, not fatal for the demo.
-"${TB[@]}" compare dc-allreduce-under-failure --transports mrc,single-path,spray-no-failover \
+"${TB[@]}" compare allreduce-under-failure --transports mrc,single-path,spray-no-failover \
   --out "$OUT/compare" || echo "(some expectations were not met: see $OUT/compare/report.md)"
 echo
 echo "results: $OUT (iperf3.txt, counters.txt, compare/: report.md, summary.json, *.png)"

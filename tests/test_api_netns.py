@@ -133,7 +133,7 @@ def test_run_json_prints_the_summary_alone_on_stdout(tmp_path):
         capture_output=True, text=True, timeout=180, cwd=ROOT,
     )  # fmt: skip
     summary = json.loads(proc.stdout)  # nothing but the JSON document
-    # silent-blackhole runs in real time: an invalid run exits 3 (EXIT_INVALID), not 0.
+    # A run the validity verdict calls invalid exits 3 (EXIT_INVALID), not 0.
     assert proc.returncode == (0 if summary["valid"] else 3), proc.stderr[-2000:]
     assert summary["valid"] == summary["emulation"]["valid"]
     assert summary["passed"] is True and summary["out_dir"] == str(tmp_path / "r")

@@ -28,7 +28,7 @@ pytestmark = [
 
 def test_a_dilated_run_with_pcap_writes_decodable_virtual_time_captures(tmp_path) -> None:
     out = tmp_path / "run"
-    proc = tb("run", "gray-failure", "--quick", "--transport", "mrc", "--time-dilation", "4",
+    proc = tb("run", "link-failure", "--quick", "--transport", "mrc", "--time-dilation", "4",
               "--allow-invalid", "--out", str(out), "--pcap", "hosts,spine1",
               check=False, timeout=300)  # fmt: skip
     assert proc.returncode in (0, 1), proc.stdout[-2000:] + proc.stderr[-2000:]

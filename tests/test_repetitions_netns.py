@@ -21,7 +21,7 @@ def fabrics() -> set[str]:
 def test_a_repeated_sweep_writes_its_tree(tmp_path):
     out = tmp_path / "sweep"
     proc = tb(
-        "run", "gray-failure", "--quick", "--transport", "mrc", "--time-dilation", "4",
+        "run", "gray-failure", "--quick", "--transport", "mrc",
         "--repeat", "2", "--sweep", "events[0].percent=0,2", "--out", str(out),
         "--allow-invalid", "--json",
         check=False, timeout=300,

@@ -1,5 +1,5 @@
 """testbed.results on a real run (issue 20: "`testbed.results.load` in a test that builds the
-frames from a real run and checks columns and dtypes"): `testbed run gray-failure --quick` for
+frames from a real run and checks columns and dtypes"): `testbed run bursty-loss --quick` for
 mrc and the tcp baseline with `--format parquet`, then every frame's columns and dtypes, the
 identity columns against summary.json, and the parquet files equal to what `load` builds."""
 
@@ -25,7 +25,7 @@ def run_dir(tmp_path_factory):
         pytest.skip("iperf3 is not installed (the tcp baseline)")
     out = tmp_path_factory.mktemp("tidy") / "run"
     # --allow-invalid: the frames' shape is checked here, not the machine's timing.
-    proc = tb("run", "gray-failure", "--quick", "--transport", "mrc,tcp", "--format", "parquet",
+    proc = tb("run", "bursty-loss", "--quick", "--transport", "mrc,tcp", "--format", "parquet",
               "--out", str(out), "--allow-invalid", check=False, timeout=240)  # fmt: skip
     assert proc.returncode in (0, 1), proc.stdout + proc.stderr
     assert f"data:    {out / 'runs.parquet'}" in proc.stdout

@@ -98,7 +98,7 @@ def test_transports_arg():
     [
         (("workload: {kind: bulk", "workload: {knd: bulk"), "workload"),
         (("link: [spine1, leaf2]}", "link: [spine1, spine2]}"), "not adjacent"),
-        (("at: 4.0", "at: 40.0"), "events[1].at"),
+        (("at: 0.007", "at: 0.07"), "events[1].at"),
         (("src: h2", "src: h9"), "h9"),
     ],
 )

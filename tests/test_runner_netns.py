@@ -69,7 +69,9 @@ def test_shipped_scenario_passes_quick_for_mrc(name, tmp_path):
 
 def test_violated_expectation_exits_non_zero(tmp_path):
     sc = (ROOT / "scenarios" / "silent-blackhole.yaml").read_text()
-    sc = sc.replace("max_stall_ms: 50", "max_stall_ms: 0.001")
+    # 0.1 µs is less than one full frame's serialisation at 10 Gbps: no run can meet it.
+    assert "max_stall_ms: 0.2" in sc
+    sc = sc.replace("max_stall_ms: 0.2", "max_stall_ms: 0.0001")
     path = tmp_path / "strict.yaml"
     path.write_text(sc)
     proc = run(str(path), "--quick", "--out", str(tmp_path / "out"), "--allow-invalid")

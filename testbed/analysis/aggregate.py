@@ -11,7 +11,7 @@ the true median lies outside is at most 5 %. It assumes nothing about the distri
 times are anything but normal) and its coverage is exact, so it is reported with it
 (`ci_coverage`). Below 6 runs no such 95 % interval exists: it is then the range of the runs,
 with its lower coverage said (75 % at n = 3). A percentile bootstrap of the median, tried
-first, gives the same range at n = 3 and calls it 95 %: over 10 runs of dc-silent-blackhole its
+first, gives the same range at n = 3 and calls it 95 %: over 10 runs of silent-blackhole its
 3-run intervals were no wider than the 10-run one. Invalid runs (the emulator did not keep up, testbed.analysis.validity) are not
 results: they are excluded from every statistic and counted.
 """
