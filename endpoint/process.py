@@ -758,6 +758,10 @@ class EndpointProcess:
             "loops": self.loops,
             "timer_late_us_p99": p99,  # virtual microseconds
             "timer_late_samples": len(late),
+            # NIC time lost while frames waited for it (endpoint.pacer): the process did not
+            # keep up with its own NIC.
+            "nic_lost_bytes": round(self.pacer.lost_bytes) if self.pacer else 0,
+            "nic_sent_bytes": self.pacer.sent_bytes if self.pacer else 0,
             "time_dilation": self.dilation,
             "endpoint_drops": dict(self.ep.drops),
         }

@@ -374,6 +374,31 @@ def test_pacer_holds_the_rate_and_lets_control_first():
     assert t == pytest.approx((10 * 1500 - (1500 - 86)) * 8 / 100e6, rel=0.01)
 
 
+def test_pacer_counts_nic_time_lost_only_while_frames_waited():
+    """A wake-up later than the bucket's depth loses NIC time only if frames were waiting for
+    it: an idle NIC whose bucket fills loses nothing (the validity verdict reads this)."""
+    p = Pacer(100, planes=1, burst_frames=2, now=0.0)  # 2 frames of 1514 B: 242 us at 100 Mbps
+    sent: list = []
+    for _ in range(6):
+        p.push(0, (1, "x", bytes(1472), 42), control=False)  # 1514 B frames
+    wake = p.drain(0.0, lambda *a: sent.append(a))
+    assert len(sent) == 2 and p.lost_bytes == 0 and wake == pytest.approx(1514 * 8 / 100e6)
+    # Woken 1 ms late: the bucket held 2 frames and the 12.5 kB over them overflowed.
+    late = wake + 1e-3
+    p.drain(late, lambda *a: sent.append(a))
+    assert len(sent) == 4
+    assert p.lost_bytes == pytest.approx(1514 + 100e6 / 8 * late - 2 * 1514 - 1514, rel=1e-6)
+    lost = p.lost_bytes
+    t = late
+    while p.queued:  # served on time from here: nothing more is lost
+        t = p.drain(t, lambda *a: sent.append(a)) or t
+    assert p.lost_bytes == lost and p.sent_bytes == 6 * 1514
+    # Idle for a second, then new frames: the full bucket is no loss.
+    p.push(0, (1, "x", bytes(1472), 42), control=False)
+    p.drain(t + 1.0, lambda *a: sent.append(a))
+    assert p.lost_bytes == lost
+
+
 def test_pacer_counts_the_frames_its_buckets_let_go_now():
     p = Pacer(100, planes=2, burst_frames=4, now=0.0)
     assert p.frames_now(0.0) == 8  # two full buckets of 4 frames

@@ -140,6 +140,18 @@ def test_a_run_within_every_limit_is_valid_and_each_breach_is_a_reason():
     assert block["limits"]["kernel_drops"] == 0 and len(block["invalid_reasons"]) == 4
 
 
+def test_an_endpoint_that_fell_behind_its_nic_makes_the_run_invalid():
+    """Timers on time, CPU under the limit, and still 21 % of the NIC's time lost while frames
+    waited (a 4x4x4 permutation at N = 1000 on two cores): not a measurement of the network."""
+    lim = Thresholds.for_fabric(DC)
+    busy = Timing(1000, 3, 0.003, 0.94, 0.2, 0.6, 0, endpoint_nic_lost=0.21)
+    verdict = judge(busy, lim)
+    assert not verdict.valid and verdict.reasons[0].startswith("endpoint NIC idle")
+    assert "21.0%" in verdict.reasons[0]
+    assert verdict.summary(busy, lim)["endpoint_nic_lost"] == 0.21
+    assert judge(Timing(1000, 3, 0.003, 0.94, 0.2, 0.6, 0, endpoint_nic_lost=0.005), lim).valid
+
+
 def test_the_issue_18_case_is_invalid_by_these_rules():
     """4x4x4 at 10 Mbps in real time: 172 ms switch lateness, CPU 99.6 % (issue 18)."""
     lim = Thresholds.for_fabric(TopologyParams(spines=4, leaves=4, hosts_per_leaf=4, link_mbps=10))

@@ -11,6 +11,12 @@ against thresholds derived from the fabric it emulates:
   the link rate: a switch that sends later than a packet time changes queueing itself;
 - endpoint timer lateness P99 <= ENDPOINT_LATE_FRACTION x the base RTT: a transport whose
   timers fire a round trip late is not the transport being measured;
+- endpoint NIC time lost <= ENDPOINT_NIC_LOST_FRACTION of what the NICs sent: frames waited in
+  the endpoint's pacer while its NIC's token bucket overflowed, i.e. the process woke too
+  late to send at the NIC's rate. Timer lateness misses this: a process that is busy all the
+  time fires its timers on time and still sends too little (a 4x4x4 permutation at N = 1000
+  on two cores lost 21 % of its NIC time, every flow at ~65 % of line rate against ~85 % at
+  N = 5000, at 97 % CPU; a 94.6 % CPU run of it had passed the verdict);
 - zero kernel drops (rings or socket buffers overrun: losses of the machine);
 - CPU below CPU_SATURATION: a saturated machine's timing is whatever the scheduler made it.
 
@@ -27,6 +33,7 @@ from topologies.timing import base_rtt_s, serialisation_s
 
 SWITCH_LATE_FRACTION = 0.5
 ENDPOINT_LATE_FRACTION = 0.25
+ENDPOINT_NIC_LOST_FRACTION = 0.01
 CPU_SATURATION = 0.95
 EXIT_INVALID = 3
 """Exit status of `testbed run`/`compare` when a run was invalid (1: expectations not met,
@@ -40,6 +47,7 @@ class Thresholds:
     switch_late_us: float | None  # None: unshaped links, no packet time to compare with
     endpoint_late_us: float
     max_kernel_drops: int = 0
+    max_endpoint_nic_lost: float = ENDPOINT_NIC_LOST_FRACTION
     max_cpu_util: float = CPU_SATURATION
 
     @classmethod
@@ -66,6 +74,8 @@ class Timing:
     switch_late_us_p99: float = 0.0  # worst switch, virtual µs
     endpoint_late_us_p99: float = 0.0  # worst endpoint process, virtual µs
     kernel_drops: int = 0
+    # Worst endpoint process: share of its NICs' time lost while frames waited (0..1).
+    endpoint_nic_lost: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -84,12 +94,14 @@ class Verdict:
             "cpu_util": round(timing.cpu_util, 3),
             "switch_late_us_p99": round(timing.switch_late_us_p99, 3),
             "endpoint_late_us_p99": round(timing.endpoint_late_us_p99, 3),
+            "endpoint_nic_lost": round(timing.endpoint_nic_lost, 4),
             "kernel_drops": int(timing.kernel_drops),
             "limits": {
                 "switch_late_us": None
                 if limits.switch_late_us is None
                 else round(limits.switch_late_us, 3),
                 "endpoint_late_us": round(limits.endpoint_late_us, 3),
+                "endpoint_nic_lost": limits.max_endpoint_nic_lost,
                 "kernel_drops": limits.max_kernel_drops,
                 "cpu_util": limits.max_cpu_util,
             },
@@ -108,6 +120,11 @@ def judge(timing: Timing, limits: Thresholds) -> Verdict:
         reasons.append(
             f"endpoint timer lateness P99 {timing.endpoint_late_us_p99:.3g} µs > "
             f"{limits.endpoint_late_us:.3g} µs ({ENDPOINT_LATE_FRACTION:g} of the base RTT)"
+        )
+    if timing.endpoint_nic_lost > limits.max_endpoint_nic_lost:
+        reasons.append(
+            f"endpoint NIC idle while frames waited: {timing.endpoint_nic_lost:.1%} of its time "
+            f"> {limits.max_endpoint_nic_lost:.0%} (the endpoint process fell behind its NIC)"
         )
     if timing.kernel_drops > limits.max_kernel_drops:
         reasons.append(f"{timing.kernel_drops} packets dropped by the kernel (rings or sockets)")

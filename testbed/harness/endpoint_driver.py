@@ -348,6 +348,16 @@ class EndpointDriver:
         stats = self.eps.coordinator.stats()
         return [r["process"].get("timer_late_us_p99", 0.0) for r in stats.values()]
 
+    def nic_lost_fraction(self) -> list[float]:
+        """Each endpoint process's NIC time lost while frames waited (endpoint.pacer), as a
+        share of what its NICs sent and lost: how far it fell behind its own NIC."""
+        out = []
+        for r in self.eps.coordinator.stats().values():
+            lost = r["process"].get("nic_lost_bytes", 0)
+            sent = r["process"].get("nic_sent_bytes", 0)
+            out.append(lost / (lost + sent) if lost + sent > 0 else 0.0)
+        return out
+
     def collect(self, t0: float, end_s: float) -> TransportRun:
         self.eps.stop()
         records = {h: self.eps.records(h) for h in self.hosts}
