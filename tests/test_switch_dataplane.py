@@ -603,9 +603,12 @@ def test_counters_shape() -> None:
         "kernel_drops",
         "timer_late_us_p99",
         "cpu_s",
+        "cpu_user_s",
+        "cpu_sys_s",
         "pid",
     ):
         assert key in c
+    assert c["cpu_user_s"] + c["cpu_sys_s"] == pytest.approx(c["cpu_s"], abs=0.02)
     assert c["switch"] == "leaf1" and c["up"] is True
     assert set(c["ports"]) == {p.name for p in sw.config.ports}
     assert c["kernel_drops"] == 5
