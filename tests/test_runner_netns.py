@@ -42,7 +42,9 @@ def test_shipped_scenario_passes_quick_for_mrc(name, tmp_path):
         out = tmp_path / f"try{attempt}"
         # --allow-invalid: these real-time scenarios are judged on their expectations here;
         # the validity verdict is printed and checked for shape (its own tests judge it).
-        proc = run(name, "--quick", "--out", str(out), "--allow-invalid")
+        # --transport mrc: the exit status is mrc's alone (bursty-loss also runs tcp, whose
+        # kernel-chosen port crosses the lossy link or not, and failed its limits when it did).
+        proc = run(name, "--quick", "--transport", "mrc", "--out", str(out), "--allow-invalid")
         outputs.append(proc.stdout[-1500:] + proc.stderr[-800:])
         summary = json.loads((out / "summary.json").read_text())
         mrc = summary["transports"]["mrc"]
