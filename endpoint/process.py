@@ -758,6 +758,7 @@ class EndpointProcess:
             "loops": self.loops,
             "timer_late_us_p99": p99,  # virtual microseconds
             "timer_late_samples": len(late),
+            "timer_late_us_max": late[-1] * 1e6 if late else 0.0,  # of the recent samples
             # NIC time lost while frames waited for it (endpoint.pacer): the process did not
             # keep up with its own NIC.
             "nic_lost_bytes": round(self.pacer.lost_bytes) if self.pacer else 0,

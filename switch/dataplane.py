@@ -107,6 +107,9 @@ class Switch:
         self.vector_frames = 0
         self.vector_bursts = 0
         self.late_us: list[float] = []  # recent timer lateness samples (emulation health)
+        # The largest ever: one stall (a control request served in the loop, a descheduled
+        # process) is one sample among thousands, invisible in the P99, yet it can make a P100.
+        self.late_max_us = 0.0
         self.debug_log = None
         self._route_cache: dict[int, object] = {}
         # The inline ring path's decisions per flow (switch/fastpath.py): a flow's next hop,
@@ -378,6 +381,7 @@ class Switch:
             # Virtual microseconds by which the loop served a due egress event late.
             "timer_late_us_p99": late[int(0.99 * (len(late) - 1))] if late else 0.0,
             "timer_late_samples": len(late),
+            "timer_late_us_max": self.late_max_us,
             "time_dilation": self.dilation,
             "early_us": self.early_s * 1e6,
             "arrival_slack_us": self.slack_s * 1e6,

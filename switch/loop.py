@@ -41,6 +41,8 @@ def _record_late(switches: list[Switch], late_us: float) -> None:
         if len(sw.late_us) >= LATE_SAMPLES:
             del sw.late_us[: LATE_SAMPLES // 2]
         sw.late_us.append(late_us)
+        if late_us > sw.late_max_us:
+            sw.late_max_us = late_us
 
 
 def run(

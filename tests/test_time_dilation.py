@@ -152,6 +152,15 @@ def test_an_endpoint_that_fell_behind_its_nic_makes_the_run_invalid():
     assert judge(Timing(1000, 3, 0.003, 0.94, 0.2, 0.6, 0, endpoint_nic_lost=0.005), lim).valid
 
 
+def test_the_largest_lateness_is_reported_beside_the_p99_and_not_judged():
+    lim = Thresholds.for_fabric(DC)
+    t = Timing(500, 5, 0.01, 0.6, 0.1, 0.2, 0, switch_late_us_max=40.0, endpoint_late_us_max=9.5)
+    verdict = judge(t, lim)
+    assert verdict.valid
+    block = verdict.summary(t, lim)
+    assert block["switch_late_us_max"] == 40.0 and block["endpoint_late_us_max"] == 9.5
+
+
 def test_the_issue_18_case_is_invalid_by_these_rules():
     """4x4x4 at 10 Mbps in real time: 172 ms switch lateness, CPU 99.6 % (issue 18)."""
     lim = Thresholds.for_fabric(TopologyParams(spines=4, leaves=4, hosts_per_leaf=4, link_mbps=10))

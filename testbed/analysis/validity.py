@@ -76,6 +76,10 @@ class Timing:
     kernel_drops: int = 0
     # Worst endpoint process: share of its NICs' time lost while frames waited (0..1).
     endpoint_nic_lost: float = 0.0
+    # The largest single lateness (virtual µs), reported beside the P99s and not judged: one
+    # stall is one sample among thousands, yet it can make a step's P100.
+    switch_late_us_max: float = 0.0
+    endpoint_late_us_max: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,8 @@ class Verdict:
             "switch_late_us_p99": round(timing.switch_late_us_p99, 3),
             "endpoint_late_us_p99": round(timing.endpoint_late_us_p99, 3),
             "endpoint_nic_lost": round(timing.endpoint_nic_lost, 4),
+            "switch_late_us_max": round(timing.switch_late_us_max, 3),
+            "endpoint_late_us_max": round(timing.endpoint_late_us_max, 3),
             "kernel_drops": int(timing.kernel_drops),
             "limits": {
                 "switch_late_us": None

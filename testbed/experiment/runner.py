@@ -425,6 +425,7 @@ def _drive(
     host_drops = _host_udp_drops(name, workload_hosts(sc))
     endpoint_late = driver.timer_late_us_p99() if isinstance(driver, EndpointDriver) else []
     nic_lost = driver.nic_lost_fraction() if isinstance(driver, EndpointDriver) else []
+    endpoint_max = driver.timer_late_us_max() if isinstance(driver, EndpointDriver) else []
     run = driver.collect(t0, end_s)
     run.trims = sum(p["trims"] for c in switch.values() for p in c["ports"].values())
     switch_late = [c.get("timer_late_us_p99", 0.0) for c in switch.values()]
@@ -444,6 +445,10 @@ def _drive(
         # Kernel baselines have no timers of ours: the monitor's probe stands for the hosts.
         endpoint_late_us_p99=max(endpoint_late, default=monitor.jitter_p99_us()),
         endpoint_nic_lost=max(nic_lost, default=0.0),
+        switch_late_us_max=max(
+            (c.get("timer_late_us_max", 0.0) for c in switch.values()), default=0.0
+        ),  # fmt: skip
+        endpoint_late_us_max=max(endpoint_max, default=0.0),
         kernel_drops=kernel_drops,
     )
     port_counters = {

@@ -348,6 +348,11 @@ class EndpointDriver:
         stats = self.eps.coordinator.stats()
         return [r["process"].get("timer_late_us_p99", 0.0) for r in stats.values()]
 
+    def timer_late_us_max(self) -> list[float]:
+        """Each endpoint process's largest recent timer lateness (reported beside the P99)."""
+        stats = self.eps.coordinator.stats()
+        return [r["process"].get("timer_late_us_max", 0.0) for r in stats.values()]
+
     def nic_lost_fraction(self) -> list[float]:
         """Each endpoint process's NIC time lost while frames waited (endpoint.pacer), as a
         share of what its NICs sent and lost: how far it fell behind its own NIC."""
