@@ -351,6 +351,7 @@ class Switch:
                     "tx_errors": getattr(io, "tx_errors", 0),
                 }
         late = sorted(self.late_us)
+        user_s, sys_s = os.times()[:2]
         return {
             "switch": self.name,
             "up": self.up,
@@ -387,11 +388,11 @@ class Switch:
             "arrival_slack_us": self.slack_s * 1e6,
             # The process's CPU: switches of one shared process report the same figure, so a
             # sum over switches counts each pid once (testbed.bench.capacity_bench).
-            "cpu_s": sum(os.times()[:2]),
+            "cpu_s": user_s + sys_s,
             # ... split: the kernel's share is what a switch in Python cannot shrink (its
             # send() to a host's veth runs the host's receive path and wakes its endpoint).
-            "cpu_user_s": os.times()[0],
-            "cpu_sys_s": os.times()[1],
+            "cpu_user_s": user_s,
+            "cpu_sys_s": sys_s,
             "pid": os.getpid(),
         }
 

@@ -26,7 +26,7 @@ _SEQ = attrgetter("seq")
 
 class ActivePorts(set):
     """The ports with work that the loop has not served since: a set, so `add` stays the C
-    method, plus the heap of served ports' next departures (`schedule`).
+    method, plus the heap of served ports' next departures (`heap`).
 
     A heap entry is (due, seq, n, port): `seq` breaks ties in the loop's fixed order of
     service, `n` (unique) keeps two entries of one port from comparing ports. A port holds
