@@ -33,7 +33,11 @@ Where this differs from the specification (docs/transport.md, "NSCC"):
 - without a configured base RTT the window opens at MaxWnd for the reference RTT (12 µs) and
   the first measured round trip then sets it;
 - the "delay ~= 0" of fast increase is 1 µs at the reference RTT, scaled like every other
-  constant (the Ultra Ethernet htsim model uses 1 µs absolute).
+  constant (the Ultra Ethernet htsim model uses 1 µs absolute);
+- a trim arms QuickAdapt for its own period only, and a period in which the connection
+  drained is not judged: a stale trigger and a period that measured a collective's idle wait
+  between steps set the window to the few bytes acknowledged, and one step of a ring
+  all-reduce took 1.6x the median (docs/transport.md, "Where it differs").
 """
 
 from __future__ import annotations
@@ -74,6 +78,7 @@ class Nscc:
         "_increase_mode",
         "_trigger_qa",
         "_qa_end",
+        "_qa_idle",
         "_to_ignore",
         "_ignored",
         "_last_adjust",
@@ -99,6 +104,7 @@ class Nscc:
         self._increase_mode = False
         self._trigger_qa = False
         self._qa_end: float | None = None
+        self._qa_idle = False  # the current QuickAdapt period saw nothing in flight
         self._to_ignore = 0
         self._ignored = 0
         self._last_adjust: float | None = None
@@ -161,11 +167,13 @@ class Nscc:
         if self._last_adjust is None:
             self._last_adjust = now
         if rtt is None:
+            self._qa_idle |= inflight <= 0
             return
         self._observe_rtt(rtt)
         delay = max(0.0, rtt - self.base_rtt)
         self._update_delay(delay, now)
         if self._quick_adapt(False, ce, delay, inflight, now):
+            self._qa_idle |= inflight <= 0
             return
         target = self.target
         if not ce:
@@ -180,6 +188,9 @@ class Nscc:
         if now - self._last_adjust >= self.adjust_period or self._received > self.adjust_bytes:
             self._fulfill(now)
         self._clamp()
+        # Nothing left in flight: the connection drained (a step of a collective ended), so
+        # the QuickAdapt period now running measures idleness, not the network (_quick_adapt).
+        self._qa_idle |= inflight <= 0
 
     def on_trim(self, size: int, now: float, inflight: int) -> None:
         """A NACK for a trimmed packet: it met a full queue."""
@@ -234,6 +245,7 @@ class Nscc:
             if (
                 not cfg.disable_qa
                 and self._qa_end is not None
+                and not self._qa_idle
                 and (self._trigger_qa or loss or delay > self.qa_threshold)
                 and self._achieved < self.max_wnd / (1 << cfg.qa_gate)
             ):
@@ -244,6 +256,8 @@ class Nscc:
                 self.quick_adapts += 1
                 handled = True
             self._achieved = 0
+            self._trigger_qa = False
+            self._qa_idle = inflight <= 0
             self._qa_end = now + (self.base_rtt or REFERENCE_RTT) + self.target
         if handled:
             self._inc_bytes = 0.0

@@ -89,6 +89,47 @@ def test_trims_shrink_and_quick_adapt_sets_the_window_to_what_arrived() -> None:
     assert cc.cwnd == w
 
 
+def _period(cc: Nscc) -> float:
+    return cc.base_rtt + cc.target
+
+
+def test_a_trim_arms_quick_adapt_for_its_own_period_only() -> None:
+    """A trim that met a busy connection (plenty acknowledged in its period) is not an incast;
+    it must not stay armed until some later, quieter period sets the window to what little
+    that one carried (the P100 outlier of allreduce-under-failure: a trim during a failure,
+    a window cut steps later)."""
+    cc = Nscc(cfg())
+    t = _steady(cc, BASE, False, 2)  # the first period starts
+    cc.on_trim(MTU, now=t + 1e-7, inflight=int(cc.cwnd))
+    t = _steady(cc, BASE, False, 3 * int(_period(cc) / 1.2e-6), t + 1e-7)  # full periods
+    assert cc.quick_adapts == 0
+    # Much later, a period in which little came back (a slow start of a step, say) -- no new
+    # trim, no loss, no delay: nothing arms QuickAdapt.
+    t += 10 * _period(cc)
+    cc.on_ack(MTU, BASE, False, t, inflight=int(cc.cwnd))
+    cc.on_ack(MTU, BASE, False, t + 1.1 * _period(cc), inflight=int(cc.cwnd))
+    assert cc.quick_adapts == 0 and cc.cwnd > cc.max_wnd / 2
+
+
+def test_a_period_in_which_the_connection_drained_is_not_judged() -> None:
+    """Bytes not acknowledged because none were sent say nothing of the network: after a
+    step of a collective ends (nothing in flight) and the next begins, the first trim is
+    judged against a period that measured the new step, not the idle gap."""
+    cc = Nscc(cfg())
+    t = _steady(cc, BASE, False, 20)
+    cc.on_ack(MTU, BASE, False, t + 1e-6, inflight=0)  # the step's last ACK: drained
+    t += 50 * _period(cc)  # the ring waits for the slowest hop
+    w = cc.cwnd
+    # The next step's burst met a full queue: its trim NACK is the first news of it.
+    cc.on_trim(MTU, now=t, inflight=int(cc.cwnd))
+    assert cc.quick_adapts == 0 and cc.cwnd == pytest.approx(w - MTU)  # a plain cut
+    # A real incast in the new step: a whole period with two packets back, then a trim.
+    cc.on_ack(MTU, BASE, False, t + 2e-6, inflight=int(cc.cwnd))
+    cc.on_ack(MTU, BASE, False, t + 3e-6, inflight=int(cc.cwnd))
+    cc.on_trim(MTU, now=t + 1.5 * _period(cc), inflight=10 * MTU)
+    assert cc.quick_adapts == 1 and cc.cwnd == pytest.approx(2 * MTU)
+
+
 def test_quick_adapt_can_be_disabled() -> None:
     cc = Nscc(cfg(disable_qa=True))
     cc.on_trim(MTU, now=1e-6, inflight=10 * MTU)
