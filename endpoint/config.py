@@ -64,6 +64,10 @@ class Mode(str, Enum):
 
 
 RC_TIMEOUT_UNIT_S = 4.096e-6  # IBA: local ACK timeout = 4.096 µs x 2^timeout
+MRC_TIMEOUT_UNIT_S = 1.024e-6  # MRC (mrc_qp_attr.timeout): local ACK timeout = 1.024 µs x 2^t
+MRC_TIMEOUT_MAX = 24  # 17.18 s
+MRC_RETRY_LINEAR_MAX = 7
+MRC_RETRY_INFINITE = 25  # retry.exp_cnt 25: retry for ever
 
 
 @dataclass(frozen=True)
@@ -137,6 +141,17 @@ class TransportConfig:
     # wall time. After rc_retry_cnt timeouts in a row without progress the QP fails.
     rc_timeout: int = 10
     rc_retry_cnt: int = 7
+    # mrc, spray-no-failover: MRC's QP attributes (mrc_qp_attr). `ack_timeout` is its local
+    # ACK timeout exponent t, 1.024 µs x 2^t of virtual time; unset, the RTO is RFC 6298's,
+    # from the measured round trips, as before. Timeouts in a row without progress are
+    # retries: the first `retry_linear_cnt` wait one timeout each, the next `retry_exp_cnt`
+    # double it each time (25: for ever), and the timeout after the last fails the QP
+    # (`qp_error`): it sends nothing more and its messages never complete. The defaults
+    # (0, 25) are this transport's behaviour before it had them: back off at once, never
+    # give up.
+    ack_timeout: int | None = None
+    retry_linear_cnt: int = 0
+    retry_exp_cnt: int = MRC_RETRY_INFINITE
 
     # EV health (endpoint.ev).
     ecn_weight_factor: float = 0.5  # an ECN-marked or trimmed EV's weight is multiplied by this
@@ -180,6 +195,19 @@ class TransportConfig:
             raise ValueError(f"rc_timeout must be 0..31 (4.096 µs x 2^t), got {self.rc_timeout}")
         if not 0 <= self.rc_retry_cnt <= 7:
             raise ValueError(f"rc_retry_cnt must be 0..7, got {self.rc_retry_cnt}")
+        if self.ack_timeout is not None and not 0 <= self.ack_timeout <= MRC_TIMEOUT_MAX:
+            raise ValueError(
+                f"ack_timeout must be 0..{MRC_TIMEOUT_MAX} (1.024 µs x 2^t), got {self.ack_timeout}"
+            )
+        if not 0 <= self.retry_linear_cnt <= MRC_RETRY_LINEAR_MAX:
+            raise ValueError(
+                f"retry_linear_cnt must be 0..{MRC_RETRY_LINEAR_MAX}, got {self.retry_linear_cnt}"
+            )
+        if not 0 <= self.retry_exp_cnt <= MRC_RETRY_INFINITE:
+            raise ValueError(
+                f"retry_exp_cnt must be 0..{MRC_RETRY_INFINITE} ({MRC_RETRY_INFINITE}: for ever), "
+                f"got {self.retry_exp_cnt}"
+            )
         if self.lb not in LB_POLICIES:
             raise ValueError(f"lb: one of {', '.join(LB_POLICIES)}, got {self.lb!r}")
         if not 1 <= self.reps_buffer <= 256:

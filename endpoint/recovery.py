@@ -22,7 +22,13 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from endpoint.config import RC_TIMEOUT_UNIT_S, Mode, TransportConfig
+from endpoint.config import (
+    MRC_RETRY_INFINITE,
+    MRC_TIMEOUT_UNIT_S,
+    RC_TIMEOUT_UNIT_S,
+    Mode,
+    TransportConfig,
+)
 from endpoint.ev import EVSet
 from endpoint.ev_path import EVPath, EVState
 from endpoint.nscc import Nscc
@@ -96,9 +102,10 @@ class Recovery:
         self._losses_due = False  # an ACK moved rack_sent since the last loss test
         self.rto_backoff = 1
         self.last_progress_at = float("-inf")  # when an ACK last acknowledged new data
-        # roce: RC timeouts in a row without progress; past rc_retry_cnt the QP is in error,
-        # as a NIC's: it sends nothing more, and its messages never complete.
-        self.rc_retries = 0
+        # Timeouts in a row without progress: each is a retry. Past the QP's retry limit
+        # (roce: rc_retry_cnt; mrc: retry_linear_cnt + retry_exp_cnt unless that is infinite)
+        # the QP is in error, as a NIC's: it sends nothing more, its messages never complete.
+        self.retries = 0
         self.qp_error = False
         self.reo_mult = 1  # the reorder allowance's multiple (on_spurious)
         self._reo_at = float("-inf")
@@ -146,7 +153,7 @@ class Recovery:
             self._missing_acks(covered, now - rtt, now)
         if progress:
             self.rto_backoff = 1
-            self.rc_retries = 0
+            self.retries = 0
             self.last_progress_at = now
         if newest > self.rack_sent:
             self.rack_sent = newest
@@ -335,6 +342,8 @@ class Recovery:
             if self.cfg.mode is Mode.ROCE:
                 return RC_TIMEOUT_UNIT_S * (1 << self.cfg.rc_timeout)
             return self.cfg.single_path_rto
+        if self.cfg.ack_timeout is not None:  # MRC's local ACK timeout, set by the QP
+            return MRC_TIMEOUT_UNIT_S * (1 << self.cfg.ack_timeout) * self.rto_backoff
         return self.rtt.rto() * self.rto_backoff
 
     def _tlp_time(self) -> float | None:
@@ -395,13 +404,12 @@ class Recovery:
         self.stats.counters["rto_fired"] += 1
         self.cc.on_rto(next(iter(self.inflight.values())).length)
         self.evs.on_timeout(now, rto)
-        if self.cfg.mode is Mode.ROCE:
-            self.rc_retries += 1
-            if self.rc_retries > self.cfg.rc_retry_cnt:
-                self.qp_error = True  # retry count exceeded: the QP goes to the error state
-                self.stats.counters["qp_error"] += 1
-                self.retx.clear()
-                return
+        self.retries += 1
+        if self.retries > self._retry_limit():
+            self.qp_error = True  # retry count exceeded: the QP goes to the error state
+            self.stats.counters["qp_error"] += 1
+            self.retx.clear()
+            return
         if self.policy.single_path:
             self._rewind("rto", snd_una, now)
             return
@@ -419,4 +427,14 @@ class Recovery:
         for p in expired:
             if p.state == INFLIGHT:
                 self.declare_lost(p, "rto", now)
-        self.rto_backoff = min(self.rto_backoff * 2, RTO_BACKOFF_MAX)
+        if self.retries > self.cfg.retry_linear_cnt:  # a linear retry waits one timeout
+            self.rto_backoff = min(self.rto_backoff * 2, RTO_BACKOFF_MAX)
+
+    def _retry_limit(self) -> float:
+        """How many timeouts in a row the QP retries before it fails."""
+        cfg = self.cfg
+        if cfg.mode is Mode.ROCE:
+            return cfg.rc_retry_cnt
+        if self.policy.single_path or cfg.retry_exp_cnt >= MRC_RETRY_INFINITE:
+            return float("inf")
+        return cfg.retry_linear_cnt + cfg.retry_exp_cnt

@@ -83,6 +83,29 @@ def test_violated_expectation_exits_non_zero(tmp_path):
     assert summary["transports"]["mrc"]["expectations"]["passed"] is False
 
 
+def test_an_mrc_qp_with_a_retry_limit_fails_when_every_path_is_gone(tmp_path):
+    """MRC's QP attributes end to end: the destination host's link black-holes for good, the
+    QP spends its 7 linear and 3 exponential retries (262 µs timeouts: 22 timeouts' worth,
+    5.8 ms) and fails, and the summary and report say so."""
+    path = tmp_path / "qp.yaml"
+    path.write_text(
+        "name: qp-gives-up\n"
+        "topology: {spines: 2, leaves: 2, hosts_per_leaf: 1, link_mbps: 10000, delay_us: 1,"
+        " queue_kb: 12}\n"
+        "transport: [{name: mrc, ack_timeout: 8, retry_linear_cnt: 7, retry_exp_cnt: 3}]\n"
+        "workload: {kind: bulk, src: h1, dst: h2, bytes: 8MiB}\n"
+        "duration_s: 0.02\n"
+        "emulation: {time_dilation: 200}\n"
+        "events: [{at: 0.002, action: blackhole, link: [leaf2, h2]}]\n"
+    )
+    proc = run(str(path), "--out", str(tmp_path / "out"), "--allow-invalid")
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # no expectations set
+    mrc = json.loads((tmp_path / "out" / "summary.json").read_text())["transports"]["mrc"]
+    assert mrc["qp_errors"] == 1 and mrc["lost_bytes"] > 0, mrc
+    assert mrc["retransmits"]["rto"] >= 10
+    assert "1 QP(s) failed (retries spent)" in (tmp_path / "out" / "report.md").read_text()
+
+
 def _start_run(tmp_path: Path) -> tuple[subprocess.Popen, str]:
     before = fabrics()
     proc = subprocess.Popen(

@@ -537,6 +537,14 @@ def test_a_transport_may_be_a_configuration_under_its_own_label() -> None:
     )
     tcfg = job_transport_config(cfg, job_request(sc, "mrc"))
     assert tcfg.ev_values() == [50000, 50007] and tcfg.num_evs == 2
+    # MRC's QP attributes (mrc_qp_attr) reach the endpoints' transport as they were written.
+    sc = validate(
+        _with_transport(
+            {"name": "mrc", "ack_timeout": 8, "retry_linear_cnt": 7, "retry_exp_cnt": 3}
+        )
+    )
+    tcfg = job_transport_config(cfg, job_request(sc, "mrc"))
+    assert (tcfg.ack_timeout, tcfg.retry_linear_cnt, tcfg.retry_exp_cnt) == (8, 7, 3)
 
 
 @pytest.mark.parametrize(
@@ -557,6 +565,14 @@ def test_a_transport_may_be_a_configuration_under_its_own_label() -> None:
             "transport[0]",
             "once",
         ),
+        ([{"name": "mrc", "ack_timeout": 25}], "transport[0].ack_timeout", "less than or equal"),
+        (
+            [{"name": "mrc", "retry_exp_cnt": 26}],
+            "transport[0].retry_exp_cnt",
+            "less than or equal",
+        ),
+        ([{"name": "roce", "ack_timeout": 8}], "transport[0]", "ack_timeout: only for name mrc"),
+        ([{"name": "mrc", "rc_timeout": 8}], "transport[0]", "rc_timeout: only for name roce"),
     ],
 )
 def test_a_bad_transport_configuration_names_its_key(transport, where, says) -> None:

@@ -99,9 +99,10 @@ def comparison_rows(
         cells = {
             "goodput (Mbps)": f"{e['goodput_mbps']:.1f}{frac}",
             "per-flow goodput mean / min (Mbps)": flow_cell,
-            "delivered": "all"
-            if lost == 0
-            else f"{format_size(delivered)}, {format_size(lost)} missing",
+            "delivered": (
+                "all" if lost == 0 else f"{format_size(delivered)}, {format_size(lost)} missing"
+            )
+            + (f"; {e['qp_errors']} QP(s) failed (retries spent)" if e.get("qp_errors") else ""),
             "max stall (ms)": "—" if e.get("max_stall_ms") is None else _ms(e["max_stall_ms"]),
             "failover (ms)": _failover_cell(e, m, had_failure),
             "step P50 / P99 / P100 (ms)": " / ".join(

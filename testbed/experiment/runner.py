@@ -652,6 +652,7 @@ def _run_all(
             entry["note"] = r.note
         if r.run.ev_retirements or name_is_endpoint(t):
             entry["ev_retirements"] = r.run.ev_retirements
+            entry["qp_errors"] = r.run.qp_errors
         if r.controller is not None:
             entry["controller"] = controller_entry(r.controller, r.applied)
         if r.capture is not None:

@@ -186,6 +186,7 @@ def endpoint_run(
     ev_bins: dict[str, dict[int, float]] = {}
     ev_dt = 0.010
     retirements = 0
+    qp_errors = 0
     for host, recs in records.items():
         deliveries += [(t - t0, n) for t, n in placed_samples(recs, JOB)]
         for src, samples in flow_samples(recs, JOB).items():
@@ -217,6 +218,7 @@ def endpoint_run(
         for r in last.values():
             for k, v in r["retransmits"].items():
                 retransmits[k] = retransmits.get(k, 0) + v
+            qp_errors += 1 if r["counters"].get("qp_error") else 0
         st = statuses.get(host, {})
         if not st.get("done"):
             # A finished workload may still have its last barrier token in flight (all-reduce
@@ -245,6 +247,7 @@ def endpoint_run(
         flows=flow_records(records, statuses, t0, expected),
         flow_deliveries={k: sorted(v) for k, v in sorted(by_flow.items())},
         ev_retirements=retirements,
+        qp_errors=qp_errors,
     )
 
 

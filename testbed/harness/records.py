@@ -74,3 +74,4 @@ class TransportRun:
         default_factory=dict
     )
     ev_retirements: int = 0  # EVs that went FAILED, over every connection (endpoint transports)
+    qp_errors: int = 0  # QPs that spent their retries and failed (roce; mrc with a retry limit)

@@ -209,6 +209,7 @@ def runs(leaf: Leaf) -> pd.DataFrame | None:
                 "retransmits": sum((e.get("retransmits") or {}).values()),
                 "trims": e.get("trims"),
                 "ev_retirements": e.get("ev_retirements"),
+                "qp_errors": e.get("qp_errors"),
                 "expectations_passed": (e.get("expectations") or {}).get("passed"),
                 "kernel_drops": emu.get("kernel_drops"),
                 "real_s": emu.get("real_s"),

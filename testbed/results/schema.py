@@ -75,6 +75,7 @@ FRAMES: dict[str, dict[str, str]] = {
         "retransmits": "Int64",
         "trims": "Int64",
         "ev_retirements": "Int64",
+        "qp_errors": "Int64",
         "expectations_passed": "boolean",
         "kernel_drops": "Int64",
         "real_s": "float64",

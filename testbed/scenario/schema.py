@@ -473,6 +473,10 @@ class CcSpec(StrictModel):
         return out
 
 
+MRC_QP_KEYS = ("ack_timeout", "retry_linear_cnt", "retry_exp_cnt")
+"""TransportSpec's keys for MRC's QP attributes (endpoint.config.TransportConfig)."""
+
+
 class TransportSpec(StrictModel):
     """One configuration of an endpoint transport, run and reported under its own label:
     `{name: mrc, label: mrc-16ev, evs: 16}`. A bare name means its defaults."""
@@ -490,6 +494,12 @@ class TransportSpec(StrictModel):
     # roce: the RC local ACK timeout exponent (4.096 µs x 2^t) and retry count.
     rc_timeout: int | None = Field(default=None, ge=0, le=31)
     rc_retry_cnt: int | None = Field(default=None, ge=0, le=7)
+    # mrc, spray-no-failover: MRC's QP attributes (mrc_qp_attr): the local ACK timeout
+    # exponent (1.024 µs x 2^t of virtual time) and the linear / exponential retry limits
+    # (exp 25: for ever). Unset: the RTO from measured round trips, retries for ever.
+    ack_timeout: int | None = Field(default=None, ge=0, le=24)
+    retry_linear_cnt: int | None = Field(default=None, ge=0, le=7)
+    retry_exp_cnt: int | None = Field(default=None, ge=0, le=25)
     cc: CcSpec | None = None
 
     @model_validator(mode="after")
@@ -501,6 +511,12 @@ class TransportSpec(StrictModel):
         for key in ("rc_timeout", "rc_retry_cnt"):
             if getattr(self, key) is not None and self.name != "roce":
                 raise ValueError(f"{key}: only for name roce (the RC timeout of RoCE NICs)")
+        for key in MRC_QP_KEYS:
+            if getattr(self, key) is not None and self.name not in ("mrc", "spray-no-failover"):
+                raise ValueError(
+                    f"{key}: only for name mrc or spray-no-failover (MRC's QP attributes; "
+                    "roce has rc_timeout and rc_retry_cnt)"
+                )
         return self
 
     @property
@@ -517,7 +533,7 @@ class TransportSpec(StrictModel):
             out["explicit_evs"] = list(self.explicit_evs)
         if self.lb is not None:
             out["lb"] = self.lb
-        for key in ("rc_timeout", "rc_retry_cnt"):
+        for key in ("rc_timeout", "rc_retry_cnt", *MRC_QP_KEYS):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         if self.cc is not None:
