@@ -422,6 +422,15 @@ def test_flow_entries_goodput_and_completion_per_flow():
     assert b["acked_bytes"] == 250_000 and c["start_s"] is None
     assert c["goodput_mbps"] == 0.0 and c["fct_ms"] is None
     json.dumps([a, b, c], allow_nan=False)
+    # The receiver placed 900 kB of it: the sender saw only whole messages acknowledged.
+    placed = FlowRecord("h2", "h4", 1_000_000, 250_000, 1.0, None, {}, placed_bytes=900_000)
+    (d,) = flow_entries([placed], end_s=2.0)
+    assert d["goodput_mbps"] == pytest.approx(7.2) and d["acked_bytes"] == 250_000
+    # Never more than the flow's bytes, and a finished flow keeps its own count.
+    over = FlowRecord("h2", "h4", 1_000_000, 250_000, 1.0, None, {}, placed_bytes=5_000_000)
+    done = FlowRecord("h1", "h3", 1_000_000, 1_000_000, 0.5, 1.3, {}, placed_bytes=2_000_000)
+    (e, g) = flow_entries([over, done], end_s=2.0)
+    assert e["goodput_mbps"] == pytest.approx(8.0) and g["goodput_mbps"] == 10.0
 
 
 def test_measure_puts_flows_into_the_summary_entry():

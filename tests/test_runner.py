@@ -149,6 +149,10 @@ def test_flow_records_from_the_senders_records():
             {"type": "msg", "job": 1, "side": "rx", "bytes": 5, "peer": "h2", "t": 10.3},
         ],
         "h2": [],
+        # h4's bins: what it placed of h2's flow, byte by byte (two bins).
+        "h4": [{"type": "bin", "job": 1, "t": 10.0, "dt": 0.01, "ms": [1], "by_peer": {"h2": 300}},
+               {"type": "bin", "job": 1, "t": 10.01, "dt": 0.01, "ms": [1],
+                "by_peer": {"h2": 250}}],
     }  # fmt: skip
     statuses = {"h1": {"done": True}, "h2": {"done": False, "unacked": [[10.05, 700]]}}
     expected = [("h1", "h3", 1000), ("h2", "h4", 700)]
@@ -157,6 +161,7 @@ def test_flow_records_from_the_senders_records():
     assert f1.start_s == pytest.approx(0.0) and f1.done_s == pytest.approx(0.5)
     assert f1.retransmits == {"nack": 3}
     assert (f2.src, f2.dst, f2.acked_bytes, f2.done_s) == ("h2", "h4", 0, None)
+    assert f2.placed_bytes == 550 and f1.placed_bytes is None
     assert f2.start_s == pytest.approx(0.05)
     # A flow short of its bytes is unfinished even with some acknowledged.
     (short,) = flow_records(records, statuses, t0, [("h1", "h3", 2000)])

@@ -150,16 +150,22 @@ def flow_entries(flows: Iterable[FlowRecord], end_s: float) -> list[dict[str, An
 
     goodput_mbps: acknowledged bytes over the flow's own active time, from its first post to
     its last acknowledgement, or to the end of the measurement if it did not finish (so an
-    unfinished flow reads what it managed, not zero). fct_ms: first post to completion, null
-    if unfinished. A flow that never posted reads 0 Mbps. start_s / end_s: its first post and
-    its completion (seconds from the workload's start; null if it never posted / finished)."""
+    unfinished flow reads what it managed, not zero). What an unfinished flow managed is what
+    its receiver placed, if it counted more than whole acknowledged messages: a sender sees a
+    message acknowledged only whole, and a flow a few packets short of its last 1 MB message
+    read half its rate. fct_ms: first post to completion, null if unfinished. A flow that
+    never posted reads 0 Mbps. start_s / end_s: its first post and its completion (seconds
+    from the workload's start; null if it never posted / finished)."""
     out = []
     for f in flows:
         if f.start_s is None:
             goodput, fct = 0.0, None
         else:
             until = f.done_s if f.done_s is not None else end_s
-            goodput = f.acked_bytes * 8 / max(until - f.start_s, 1e-9) / 1e6
+            managed = f.acked_bytes
+            if f.done_s is None and f.placed_bytes is not None:
+                managed = max(managed, min(f.placed_bytes, f.bytes))
+            goodput = managed * 8 / max(until - f.start_s, 1e-9) / 1e6
             fct = None if f.done_s is None else (f.done_s - f.start_s) * 1000.0
         out.append(
             {

@@ -117,6 +117,7 @@ def flow_records(
     never had a message acknowledged starts at its sender's first still-unacknowledged post
     (the status lists those per host, not per peer: exact for one flow per sender)."""
     acked: dict[tuple[str, str], int] = {}
+    placed: dict[tuple[str, str], int] = {}  # (src, dst): bytes dst placed, from its bins
     first: dict[tuple[str, str], float] = {}
     last: dict[tuple[str, str], float] = {}
     retrans: dict[tuple[str, str], dict[str, int]] = {}
@@ -133,6 +134,9 @@ def flow_records(
                 last[key] = max(last.get(key, -math.inf), r["acked"] - t0)
             elif kind == "counters":
                 counters[(r["peer"], r["qp"])] = r  # cumulative: the last one counts
+            elif kind == "bin":
+                for src, n in (r.get("by_peer") or {}).items():
+                    placed[(src, host)] = placed.get((src, host), 0) + n
         for (peer, _qp), r in counters.items():
             if not r["counters"].get("messages_queued"):
                 continue  # the reverse direction of a connection: it only acknowledges
@@ -162,6 +166,7 @@ def flow_records(
                 start_s=start,
                 done_s=last.get((src, dst)) if done else None,
                 retransmits=retrans.get((src, dst), {}),
+                placed_bytes=placed.get((src, dst)),
             )
         )
     return out

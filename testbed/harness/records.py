@@ -33,7 +33,9 @@ class FlowRecord:
     `bytes`: what the workload asked it to carry; `acked_bytes`: what the sender saw
     acknowledged; `start_s`: its first message's post (None if it never posted);
     `done_s`: when its last byte was acknowledged (None: unfinished when the run stopped);
-    `retransmits`: by reason, this flow's connection only.
+    `retransmits`: by reason, this flow's connection only; `placed_bytes`: what the receiver
+    placed (its own count, byte by byte; None where nobody counted), which for an unfinished
+    flow says more than `acked_bytes`: a sender sees a message acknowledged only whole.
     """
 
     src: str
@@ -43,6 +45,7 @@ class FlowRecord:
     start_s: float | None
     done_s: float | None
     retransmits: Mapping[str, int] = field(default_factory=dict)
+    placed_bytes: int | None = None
 
 
 @dataclass
