@@ -156,6 +156,40 @@ def test_utilisation_and_figures():
     assert fid.permutation_figures([]) == {"mean": None, "min": None}
 
 
+def test_steady_utilisation_is_the_stretch_in_which_every_flow_ran(tmp_path):
+    """htsim's measure: per-flow goodput while every flow runs. Two flows collide for 4 bins
+    (5 Gbps each); then A finishes and B runs alone at 10 Gbps. Over their completion times
+    B reads 2/3 of the link; while both ran, half -- what the collision left each."""
+    dt = 0.0002
+    csv_path = tmp_path / "goodput.csv"
+    rows = ["time_s,transport,flow,src,dst,goodput_mbps"]
+    a = [5000.0] * 5 + [0.0] * 5
+    b = [5000.0] * 5 + [10000.0] * 5
+    for k in range(10):
+        rows.append(f"{k * dt},x,all,,,{a[k] + b[k]}")
+        rows.append(f"{k * dt},x,h1->h5,h1,h5,{a[k]}")
+        rows.append(f"{k * dt},x,h2->h6,h2,h6,{b[k]}")
+        rows.append(f"{k * dt},other,h1->h5,h1,h5,1.0")  # another transport's: not read
+    csv_path.write_text("\n".join(rows) + "\n")
+    series = fid.read_flow_series(csv_path, "x")
+    assert sorted(series) == ["h1->h5", "h2->h6"] and len(series["h1->h5"]) == 10
+    flows = [
+        {"src": "h1", "dst": "h5", "start_s": 0.0, "end_s": 5 * dt, "goodput_mbps": 5000.0},
+        {"src": "h2", "dst": "h6", "start_s": 1e-6, "end_s": 10 * dt, "goodput_mbps": 7500.0},
+    ]
+    util, window = fid.steady_utilisation_pct(series, flows, 10_000.0)
+    assert window == pytest.approx((dt + 1e-6, 5 * dt))  # start-up bin left out
+    assert util == pytest.approx([50.0, 50.0])
+    assert fid.flow_utilisation_pct(flows, 10_000.0) == [50.0, 75.0]  # per completion time
+    # A flow that never posted: no stretch in which every flow ran.
+    silent = [*flows, {"src": "h3", "dst": "h7", "start_s": None, "end_s": None}]
+    assert fid.steady_utilisation_pct(series, silent, 10_000.0) is None
+    # Nothing finished: the stretch runs to the end of the series.
+    running = [dict(f, end_s=None) for f in flows]
+    util, window = fid.steady_utilisation_pct(series, running, 10_000.0)
+    assert window[1] == pytest.approx(10 * dt) and util[1] == pytest.approx(81.25)  # bins 2-9
+
+
 def test_diff_points():
     assert fid.diff_points(85.04, 87.7) == -2.7
     assert fid.diff_points(None, 87.7) is None
@@ -224,6 +258,7 @@ def test_fidelity_table():
                 "row": "mrc",
                 "htsim": fid.HTSIM["mrc"],
                 "measured": {"mean": 86.0, "min": 80.0},
+                "per_fct": {"mean": 85.1, "min": 79.3},
                 "diff_points": {"mean": -1.7, "min": -7.0},
                 "ceiling_pct": 88.8,
                 "validity": "valid",
@@ -260,7 +295,7 @@ def test_fidelity_table():
     }
     text = fid.format_fidelity_table(d)
     assert "88.8" in text and "source-routed" in text
-    assert "-1.7 / -7.0" in text and "87.7 / 87.0" in text
+    assert "-1.7 / -7.0" in text and "87.7 / 87.0" in text and "85.1 / 79.3" in text
     assert "INVALID single-path at N=10000: CPU saturated (97%)" in text
     assert "+8.5" in text and "-3.2" in text and "(quick)" in text
 

@@ -26,6 +26,7 @@ real seconds at the dilations these fabrics need on two cores.
 
 from __future__ import annotations
 
+import csv
 import os
 import statistics
 import sys
@@ -172,14 +173,21 @@ def slow_link_scenario(seed: int, nbytes: int, row: str) -> dict:
     return sc
 
 
-def slow_link_figures(flows: list[dict], hosts_on_slow_leaf: set[str], link_mbps: float) -> dict:
+def slow_link_figures(
+    flows: list[dict],
+    hosts_on_slow_leaf: set[str],
+    link_mbps: float,
+    util: list[float] | None = None,
+) -> dict:
     """Mean per-flow utilisation of the flows that start or end on the slow link's leaf (the
-    affected ones: htsim's 8) and of the others."""
-    aff = [f for f in flows if f["src"] in hosts_on_slow_leaf or f["dst"] in hosts_on_slow_leaf]
-    rest = [f for f in flows if f not in aff]
-    ua, ur = flow_utilisation_pct(aff, link_mbps), flow_utilisation_pct(rest, link_mbps)
+    affected ones: htsim's 8) and of the others; `util`: each flow's utilisation (in `flows`'
+    order), else its goodput over its own completion time."""
+    util = flow_utilisation_pct(flows, link_mbps) if util is None else util
+    hit = [f["src"] in hosts_on_slow_leaf or f["dst"] in hosts_on_slow_leaf for f in flows]
+    ua = [u for u, h in zip(util, hit, strict=True) if h]
+    ur = [u for u, h in zip(util, hit, strict=True) if not h]
     return {
-        "affected_flows": len(aff),
+        "affected_flows": len(ua),
         "affected_mean": round(statistics.fmean(ua), 1) if ua else None,
         "affected_min": round(min(ua), 1) if ua else None,
         "others_mean": round(statistics.fmean(ur), 1) if ur else None,
@@ -213,6 +221,60 @@ def incast_scenario(fabric: dict | None = None, n: int = INCAST_SENDERS) -> dict
         "seed": 1,
         "emulation": dict(EMULATION),
     }
+
+
+def read_flow_series(goodput_csv: Path, transport: str) -> dict[str, list[tuple[float, float]]]:
+    """Each flow's goodput bins, (bin start in virtual s, Mbps), from a run's goodput.csv."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    with open(goodput_csv, newline="") as f:
+        for r in csv.DictReader(f):
+            if r["transport"] == transport and r["flow"] != "all":
+                out.setdefault(r["flow"], []).append(
+                    (float(r["time_s"]), float(r["goodput_mbps"] or 0.0))
+                )
+    return out
+
+
+def steady_window(flows: list[dict], bin_s: float, end_s: float) -> tuple[float, float] | None:
+    """The stretch of a run in which every flow was running, as htsim's long flows all run
+    through its measurement window: from one bin after the last flow's first post (start-up
+    left out) to the first flow's completion (or the run's end). None if no whole bin fits."""
+    starts = [f["start_s"] for f in flows if f.get("start_s") is not None]
+    if not starts or len(starts) < len(flows):
+        return None
+    ends = [f["end_s"] for f in flows if f.get("end_s") is not None]
+    lo, hi = max(starts) + bin_s, min(ends, default=end_s)
+    return (lo, hi) if hi - lo >= bin_s else None
+
+
+def steady_utilisation_pct(
+    series: dict[str, list[tuple[float, float]]], flows: list[dict], link_mbps: float
+) -> tuple[list[float], tuple[float, float]] | None:
+    """Each flow's mean goodput over the whole bins inside `steady_window`, as a percentage of
+    the link rate, and the window; None if the run had no such stretch.
+
+    Why: a finite flow's bytes over its completion time also count the time after others
+    finished and left it their capacity, which htsim's measure (per-flow goodput over 5-29 ms
+    of 30 ms flows, every flow running throughout) does not: on one hashed path, where flows
+    collide, the two differ by ~4 points (docs/fidelity.md)."""
+    times = sorted({t for s in series.values() for t, _ in s})
+    if len(times) < 2:
+        return None
+    bin_s = times[1] - times[0]
+    window = steady_window(flows, bin_s, times[-1] + bin_s)
+    if window is None:
+        return None
+    lo, hi = window
+    eps = bin_s * 1e-6
+    out = []
+    for f in flows:
+        bins = [
+            mbps
+            for t, mbps in series.get(f"{f['src']}->{f['dst']}", [])
+            if t >= lo - eps and t + bin_s <= hi + eps
+        ]
+        out.append(100.0 * statistics.fmean(bins) / link_mbps if bins else 0.0)
+    return out, window
 
 
 def flow_utilisation_pct(flows: list[dict], link_mbps: float) -> list[float]:
@@ -348,7 +410,8 @@ def run_fidelity_bench(
     rows = [r for r in PERMUTATION_ROWS if not (quick and r == "mrc-9000")]
     if "permutation" not in sections:
         rows = []
-    per_seed: dict[str, list[list[float]]] = {r: [] for r in rows}
+    per_seed: dict[str, list[list[float]]] = {r: [] for r in rows}  # steady (htsim's measure)
+    per_seed_fct: dict[str, list[list[float]]] = {r: [] for r in rows}  # bytes / completion
     first_shares: dict[str, dict] = {}  # row -> its first seed's path shares, for the plot
     runs: dict[str, list[dict]] = {r: [] for r in (*rows, "incast")}
     for k, seed in enumerate(seeds):
@@ -357,14 +420,21 @@ def run_fidelity_bench(
                 continue
             sc = permutation_scenario(seed, nbytes, row=row)
             key = row_key(row)
-            entry, rec = _run_one(sc, key, out / f"permutation-s{seed}-{row}", time_dilation)
-            util = flow_utilisation_pct(entry.get("flows", []), LINK_MBPS)
+            run_dir = out / f"permutation-s{seed}-{row}"
+            entry, rec = _run_one(sc, key, run_dir, time_dilation)
+            flows = entry.get("flows", [])
+            util = flow_utilisation_pct(flows, LINK_MBPS)
             rec["flow_util_pct"] = [round(u, 1) for u in util]
+            steady = _steady(run_dir, key, flows)
+            rec["steady_window_s"] = None if steady is None else [round(x, 6) for x in steady[1]]
+            rec["flow_steady_pct"] = None if steady is None else [round(u, 1) for u in steady[0]]
             share = entry.get("path_share") or {}
             rec["path_share_max_dev_pct"] = share.get("max_deviation_pct")
             if k == 0 and share.get("max_deviation_pct") is not None:
                 first_shares[row] = share
-            per_seed[row].append(util)
+            # No stretch with every flow running (a flow never posted): its completion figure.
+            per_seed[row].append(util if steady is None else steady[0])
+            per_seed_fct[row].append(util)
             runs[row].append(rec)
     permutation = []
     for row in rows:
@@ -376,6 +446,7 @@ def run_fidelity_bench(
                 "row": row,
                 "htsim": ref,
                 "measured": fig,
+                "per_fct": permutation_figures(per_seed_fct[row]),
                 "diff_points": {k: diff_points(fig[k], ref[k]) for k in ("mean", "min")},
                 "ceiling_pct": round(permutation_ceiling_pct(mtu), 1),
                 # The worst path's departure from an equal share, worst over the seeds
@@ -424,6 +495,14 @@ def run_fidelity_bench(
     }
 
 
+def _steady(run_dir: Path, transport: str, flows: list[dict]):
+    """steady_utilisation_pct of a run, from its goodput.csv (None if it wrote none)."""
+    path = run_dir / "goodput.csv"
+    if not path.is_file():
+        return None
+    return steady_utilisation_pct(read_flow_series(path, transport), flows, LINK_MBPS)
+
+
 def _worst(values) -> float | None:
     vals = [v for v in values if v is not None]
     return max(vals) if vals else None
@@ -435,9 +514,21 @@ def _run_slow_link(seed: int, nbytes: int, out: Path, time_dilation) -> dict:
     rows = []
     for row in SLOW_LINK_ROWS:
         sc = slow_link_scenario(seed, nbytes, row)
-        entry, rec = _run_one(sc, row, out / f"slow-link-s{seed}-{row}", time_dilation)
-        fig = slow_link_figures(entry.get("flows", []), leaf_hosts, LINK_MBPS)
-        rows.append({"row": row, "measured": fig, "validity": validity_cell([rec]), "runs": [rec]})
+        run_dir = out / f"slow-link-s{seed}-{row}"
+        entry, rec = _run_one(sc, row, run_dir, time_dilation)
+        flows = entry.get("flows", [])
+        steady = _steady(run_dir, row, flows)
+        fig = slow_link_figures(flows, leaf_hosts, LINK_MBPS, None if steady is None else steady[0])
+        rec["steady_window_s"] = None if steady is None else [round(x, 6) for x in steady[1]]
+        rows.append(
+            {
+                "row": row,
+                "measured": fig,
+                "per_fct": slow_link_figures(flows, leaf_hosts, LINK_MBPS),
+                "validity": validity_cell([rec]),
+                "runs": [rec],
+            }
+        )
     return {
         "link": list(SLOW_LINK),
         "link_mbps": SLOW_LINK_MBPS,
@@ -492,18 +583,22 @@ def _paths(dev: float | None) -> str:
 def _permutation_lines(rows: list[dict]) -> list[str]:
     lines = [
         "",
-        "permutation, per-flow utilisation % (mean over seeds / lowest flow); ceiling: MRC's",
-        "payload over data + ACK frame on a host's link (htsim's NDP: 88.6 at 1500, 97.9 at 9000)",
-        f"  {'row':12} {'measured':>13} {'htsim':>13} {'diff points':>13} {'ceiling':>7} "
-        f"{'paths':>6}  {'validity':14} runs",
+        "permutation, per-flow utilisation % (mean over seeds / lowest flow); steady = while",
+        "every flow ran (htsim's measure), per FCT = bytes over each flow's completion time;",
+        "ceiling: MRC's payload over data + ACK frame on a host's link (htsim's NDP: 88.6 at",
+        "1500, 97.9 at 9000)",
+        f"  {'row':12} {'steady':>13} {'htsim':>13} {'diff points':>13} {'per FCT':>13} "
+        f"{'ceiling':>7} {'paths':>6}  {'validity':14} runs",
     ]
     for r in rows:
         ref = r["htsim"]
         href = f"{ref['mean']:.1f} / {ref['min']:.1f}"
         m, dp = r["measured"], r["diff_points"]
+        fct = r.get("per_fct") or {"mean": None, "min": None}
         lines.append(
             f"  {r['row']:12} {_f(m['mean']):>6} / {_f(m['min']):<4} {href:>13} "
-            f"{_signed(dp['mean']):>6} / {_signed(dp['min']):<5} {r['ceiling_pct']:>7.1f} "
+            f"{_signed(dp['mean']):>6} / {_signed(dp['min']):<5} "
+            f"{_f(fct['mean']):>6} / {_f(fct['min']):<4} {r['ceiling_pct']:>7.1f} "
             f"{_paths(r.get('path_share_max_dev_pct')):>6}  "
             f"{r['validity']:14} {_runs_cell(r['runs'])}"
         )
@@ -535,21 +630,25 @@ def format_fidelity_table(d: dict) -> str:
         lines += [
             "",
             f"slow link: {sl['link'][0]}-{sl['link'][1]} at {sl['link_mbps'] / 1000:g} Gbps (10 %), "
-            f"permutation, seed {sl['seed']}; per-flow utilisation %, mean / lowest",
-            f"  {'row':14} {'affected':>13} {'others':>13}  validity",
+            f"permutation, seed {sl['seed']}; per-flow utilisation % while every flow ran, "
+            "mean / lowest",
+            f"  {'row':14} {'affected':>13} {'others':>13} {'per FCT':>13}  validity",
         ]
         for r in sl["rows"]:
             m = r["measured"]
+            fct = r.get("per_fct") or {"affected_mean": None, "others_mean": None}
             lines.append(
                 f"  {r['row']:14} {_f(m['affected_mean']):>6} / {_f(m['affected_min']):<4} "
-                f"{_f(m['others_mean']):>6} / {_f(m['others_min']):<4}  {r['validity']}  "
+                f"{_f(m['others_mean']):>6} / {_f(m['others_min']):<4} "
+                f"{_f(fct['affected_mean']):>6} / {_f(fct['others_mean']):<4}  {r['validity']}  "
                 f"{_runs_cell(r['runs'])}"
             )
         lines += [
             f"  {'htsim':14} {ref['affected_mean']:>6.1f}        {ref['others_mean']:>6.1f}"
             f"         ({ref['what']}; the affected flows' share of what remains: "
             f"~{ref['affected_share_pct']:g})",
-            "  affected = the flows that start or end on the slow link's leaf",
+            "  affected = the flows that start or end on the slow link's leaf; per FCT:",
+            "  affected / others, each flow's bytes over its own completion time",
         ]
     inc = d.get("incast")
     if inc:
