@@ -15,7 +15,9 @@ from pathlib import Path
 from contracts.defaults import ECMP_HASH, FORWARDING, TRIM_BYTES, TRIMMING, plane_bits
 from contracts.dscp import CONTROL_DSCP, TRIMMABLE_DSCP, TRIMMED_DSCP
 from contracts.framing import DEFAULT_MTU
+from switch.port import QUEUE_MAX_INTERVAL_S
 from topologies import Fabric
+from topologies.timing import time_scale
 
 
 @dataclass
@@ -55,6 +57,10 @@ class SwitchConfig:
     # virtual, the switch serves them N times slower.
     time_dilation: float = 1.0
     mtu: int = DEFAULT_MTU  # of its ports: sizes the ring slots (switch.ring.frame_size_for)
+    # The interval of each port's deepest-queue record (virtual s): 10 ms on the reference
+    # fabric, scaled with the fabric as the endpoints' bins are (topologies.timing.time_scale):
+    # a 2 ms run at 10 Gbps otherwise drew its whole queue history as one point.
+    queue_max_interval_s: float = QUEUE_MAX_INTERVAL_S
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -123,4 +129,5 @@ def switch_config(
         plane_bits=plane_bits(p.planes),
         time_dilation=time_dilation,
         mtu=p.mtu,
+        queue_max_interval_s=QUEUE_MAX_INTERVAL_S * time_scale(p),
     )

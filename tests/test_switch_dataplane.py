@@ -733,3 +733,20 @@ def test_a_source_routed_leaf_sends_each_generated_ev_up_the_uplink_it_names(pla
     # Not RoCEv2: hashed, so the same sport-by-sport sweep no longer cycles.
     hashed = [uplink(0, sport, dport=5000) for sport in cfg.ev_values()[::planes][:16]]
     assert hashed != hashed[:4] * 4
+
+
+def test_queue_maxima_interval_follows_the_fabric_time_scale() -> None:
+    """10 ms on the reference fabric; on a 10 Gbps fabric with 1 µs links as short as the
+    endpoints' bins, so that a run of a few virtual milliseconds draws its queue history."""
+    from switch.port import QUEUE_MAX_INTERVAL_S
+    from topologies.timing import time_scale
+
+    slow = fabric(spines=2, leaves=2, hosts_per_leaf=1, link_mbps=100, delay_us=20)
+    fast = fabric(spines=2, leaves=2, hosts_per_leaf=1, link_mbps=10_000, delay_us=1)
+    assert switch_config(slow, "leaf1").queue_max_interval_s == QUEUE_MAX_INTERVAL_S
+    cfg = switch_config(fast, "leaf1")
+    scale = time_scale(fast.params)
+    assert scale < 0.05 and cfg.queue_max_interval_s == pytest.approx(QUEUE_MAX_INTERVAL_S * scale)
+    sw, _ = make_switch(spines=2, leaves=2, hosts_per_leaf=1, link_mbps=10_000, delay_us=1)
+    assert {p.qmax.interval_s for p in sw.ports} == {cfg.queue_max_interval_s}
+    assert SwitchConfig.from_dict(json.loads(cfg.to_json())) == cfg  # survives the JSON file

@@ -435,8 +435,8 @@ def plot_ports(
     ax_q.set_xlim(left=0)
     ax_q.set_xlabel("time since workload start (s)")
     if interval_ms:
-        ax_q.set_ylabel(f"deepest data queue\nper {interval_ms:g} ms (kB)")
-        what = f"deepest queue per {interval_ms:g} ms of the {len(busiest)} deepest ports"
+        ax_q.set_ylabel(f"deepest data queue\nper {interval_ms:.3g} ms (kB)")
+        what = f"deepest queue per {interval_ms:.3g} ms of the {len(busiest)} deepest ports"
     else:
         ax_q.set_ylabel("data queue (kB)")
         what = f"queue depth of the {len(busiest)} deepest ports"
