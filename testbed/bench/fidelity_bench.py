@@ -8,7 +8,8 @@ time dilation, and puts each figure beside htsim's (docs/fidelity.md; the refere
 are copied into HTSIM below from the shared reference page):
 
 - permutation (every host sends one flow to a host on another leaf and receives one),
-  per-flow utilisation = a flow's payload goodput / link rate, mean over the seeds and the
+  per-flow utilisation = a flow's payload goodput / link rate while every flow ran (htsim's
+  measure; bytes over each flow's completion time beside it), mean over the seeds and the
   lowest flow of any seed, for `mrc` as its paper pairs it -- generated EVs on a
   source-routed fabric, which cover every path once per round: htsim's "NDP, per-packet
   spraying" --, `mrc` over 16 EVs hashed by an ECMP fabric ("NDP, ECMP-hashed over 16 EVs"),
@@ -487,7 +488,8 @@ def run_fidelity_bench(
             len(seeds),
             started,
             "each run through testbed.experiment.runner.run_scenario; utilisation = per-flow "
-            "payload goodput / link rate; htsim's figures from htsim-leafspine.md (NDP/EQDS, "
+            "payload goodput / link rate while every flow ran (per_fct: over each flow's "
+            "completion time); htsim's figures from htsim-leafspine.md (NDP/EQDS, "
             "30 ms flows: expect the shape, not the digits)",
             quick=quick,
             time_dilation=time_dilation,
