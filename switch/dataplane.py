@@ -20,7 +20,7 @@ from switch import fastpath, frames
 from switch.config import SwitchConfig
 from switch.egress_timers import ActivePorts
 from switch.fib import BUCKET_MASK, Fib, mix32
-from switch.port import Port, QueueMaxima, arrival_slack, egress_timing
+from switch.port import Port, arrival_slack, egress_timing
 from switch.queueing import TrimmingQueue, decision_from_env
 
 NO_ROUTE = "no_route"
@@ -71,10 +71,9 @@ class Switch:
                     queue,
                     transmit,
                     rng,
+                    config.queue_max_interval_s,
                 )
             )
-        for p in self.ports:  # the deepest queue per interval, at the fabric's time scale
-            p.qmax = QueueMaxima(config.queue_max_interval_s)
         # Ports with work (Port.active) and the heap of their departures; the loop may share one.
         self.active = ActivePorts()
         for p in self.ports:

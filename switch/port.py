@@ -180,6 +180,7 @@ class Port:
         queue: TrimmingQueue,
         transmit: Callable[[bytes | bytearray], bool],
         rng: random.Random,
+        queue_max_interval_s: float = QUEUE_MAX_INTERVAL_S,
     ) -> None:
         self.index = index
         self.name = name
@@ -217,7 +218,7 @@ class Port:
         self.sched = -1  # its live entry in the loop's heap of departures (egress_timers.py)
         # Stochastic impairments (switch/impairment.py): while set, the port is an ImpairedPort.
         self.impair = None
-        self.qmax = QueueMaxima()
+        self.qmax = QueueMaxima(queue_max_interval_s)  # at the fabric's time scale
         # While set (switch/capture.py), receive_batch records every burst of this port.
         self.rx_capture: Callable[[object, float], None] | None = None
         self.refresh()

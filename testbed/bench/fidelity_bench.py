@@ -38,6 +38,7 @@ from typing import Any
 
 from contracts.framing import DEFAULT_MTU, FRAME_OVERHEAD, max_frame_bytes, mrc_payload
 from endpoint.codec import ACK_LEN
+from testbed.analysis.metrics import flow_name
 from testbed.analysis.plots import plot_path_share
 from testbed.bench.endpoint_bench import BenchError, bench_meta
 from testbed.experiment.api import load
@@ -271,7 +272,7 @@ def steady_utilisation_pct(
     for f in flows:
         bins = [
             mbps
-            for t, mbps in series.get(f"{f['src']}->{f['dst']}", [])
+            for t, mbps in series.get(flow_name(f["src"], f["dst"]), [])
             if t >= lo - eps and t + bin_s <= hi + eps
         ]
         out.append(100.0 * statistics.fmean(bins) / link_mbps if bins else 0.0)

@@ -357,7 +357,8 @@ class EndpointDriver:
         return [r["process"].get("timer_late_us_p99", 0.0) for r in stats.values()]
 
     def timer_late_us_max(self) -> list[float]:
-        """Each endpoint process's largest recent timer lateness (reported beside the P99)."""
+        """Each endpoint process's largest timer lateness of the whole run (reported beside
+        the P99, not judged)."""
         stats = self.eps.coordinator.stats()
         return [r["process"].get("timer_late_us_max", 0.0) for r in stats.values()]
 
