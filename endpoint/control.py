@@ -37,6 +37,15 @@ Requests (every reply is one line with ``"ok": true|false``; errors name the bad
                                               passed: ``probes`` [{ev, rtt_us | null}] in
                                               virtual µs, each EV's ``states`` when asked.
                                               MRC's controller EV probe
+``{"op": "replace", "entries": [{"ev": E, "ev_new": N, "state": "good"|"denied",
+   "all_copies": false}, ...], "peers": [host, ...]?}``
+                                           -> MRC's REPLACE_EV on every connection (or those to
+                                              ``peers``) that has E: one slot of E (every slot
+                                              with ``all_copies``) becomes N; an N already in
+                                              the array makes a copy. All or none: ``replaced``
+                                              slots, or an error naming the entry
+``{"op": "evs", "peers": [host, ...]?}``   -> each connection's EV array, slot by slot (ev,
+                                              plane, state, weight): MRC's QUERY_EV_ARRAY
 
 A coordinator (a test, the scenario runner) synchronises hosts without sleeping: ``start``
 every endpoint, then ``go`` every endpoint, then ``wait`` on each — see :class:`Coordinator`.
@@ -54,6 +63,7 @@ from collections.abc import Iterable, Mapping, Sequence
 MAX_LINE = 1 << 20
 OPS = (
     "ping", "start", "go", "wait", "stats", "stop", "deny", "allow", "events", "drain", "probe",
+    "replace", "evs",
 )  # fmt: skip
 
 
@@ -226,6 +236,28 @@ class Coordinator:
     ) -> dict[str, dict]:
         """Lift a deny rule (the same mask, value and peers)."""
         return self._all(_rule("allow", mask, value, peers), hosts)
+
+    def replace(
+        self,
+        entries: Sequence[Mapping],
+        hosts: Iterable[str] | None = None,
+        peers: Iterable[str] | None = None,
+    ) -> dict[str, dict]:
+        """MRC's REPLACE_EV on every connection of `hosts` (default all), or only on those to
+        `peers`: each entry is {ev, ev_new, state, all_copies?} (the `replace` op above)."""
+        req: dict = {"op": "replace", "entries": [dict(e) for e in entries]}
+        if peers is not None:
+            req["peers"] = sorted(peers)
+        return self._all(req, hosts)
+
+    def ev_arrays(
+        self, hosts: Iterable[str] | None = None, peers: Iterable[str] | None = None
+    ) -> dict[str, dict]:
+        """Every host's EV arrays, per connection, slot by slot (MRC's QUERY_EV_ARRAY)."""
+        req: dict = {"op": "evs"}
+        if peers is not None:
+            req["peers"] = sorted(peers)
+        return self._all(req, hosts)
 
     def events(self, hosts: Iterable[str] | None = None) -> dict[str, dict]:
         """Every host's EV events since the last call (and its drop count)."""

@@ -50,6 +50,9 @@ POLICY_FUNCTIONS = ("retire", "schedule_probe", "readmit")
 RECENT_ACKED = 8  # resends rotate over the EVs of this many latest ACKs
 RANDOM_TRIES = 8  # random draws before a random pick falls back to the round-robin one
 
+Replacement = tuple[int, int, EVState, bool]
+"""One REPLACE_EV entry: (ev, ev_new, state, all_copies)."""
+
 
 class EVSet:
     """The EVs of one connection and the policy that picks among them."""
@@ -272,8 +275,10 @@ class EVSet:
         if fewer than ``min_active_evs`` EVs would be left undenied."""
         if (mask, value) in self.deny_rules:
             return []
-        hit = [p for p in self.paths if p.ev & mask == value and p.state is not EVState.DENIED]
-        left = sum(1 for p in self.paths if p.state is not EVState.DENIED) - len(hit)
+        hit = [
+            p for p in self.unique_paths() if p.ev & mask == value and p.state is not EVState.DENIED
+        ]
+        left = sum(1 for p in self.paths if p.state is not EVState.DENIED and p not in hit)
         if left < self.cfg.min_active_evs:
             raise ValueError(
                 f"deny mask {mask:#x} value {value:#x}: would leave {left} of {len(self.paths)} "
@@ -291,12 +296,123 @@ class EVSet:
             return []
         self.deny_rules.remove((mask, value))
         back = []
-        for p in self.paths:
-            if p.state is EVState.DENIED and not any(p.ev & m == v for m, v in self.deny_rules):
+        for p in self.unique_paths():
+            if (
+                p.state is EVState.DENIED
+                and p.ev & mask == value  # not an EV denied otherwise (by `replace`)
+                and not any(p.ev & m == v for m, v in self.deny_rules)
+            ):
                 p.weight, p.credit, p.ack_misses = 1.0, 0.0, 0
                 self._set(p, EVState.GOOD, now, "allow")
                 back.append(p.ev)
         return back
+
+    # -- REPLACE_EV (MRC's EV operation: swap an EV of the array for another) -------------------
+
+    def replace(self, entries: list[Replacement], now: float, dry_run: bool = False) -> int:
+        """Replace EVs of this connection's array, entry by entry (MRC_CTL_EV_OP_REPLACE_EV):
+        one occurrence of `ev` (the first), or every one with `all_copies`, becomes `ev_new` in
+        state `state` (GOOD or DENIED; a deny rule in force that matches `ev_new` denies it
+        whatever `state` says). An `ev_new` already in the array makes that slot a *copy*: the
+        two slots share one EV, its state and its feedback, and it carries a share per slot.
+        A slot keeps its plane, so an `ev_new` already on another plane is refused. An entry
+        whose `ev` this connection has not got is skipped (a profile's EVs differ per
+        connection when each draws its own base). Returns how many slots changed.
+
+        All or none: every entry is checked in order on a copy of the array first, and a
+        ValueError naming the entry leaves the connection as it was. `dry_run` only checks.
+        Why: an EV that the controller knows crosses a failed link can be swapped for one that
+        does not, keeping the spraying width (a deny narrows it), and a hashed EV that
+        collides can be re-rolled."""
+        slots = [p.ev for p in self.paths]
+        plane_of = {p.ev: p.plane for p in self.paths}
+        denied = {p.ev for p in self.paths if p.state is EVState.DENIED}
+        changed = 0
+        for k, (ev, new, state, all_copies) in enumerate(entries):
+            where = [i for i, e in enumerate(slots) if e == ev]
+            if not where:
+                continue
+            if not all_copies:
+                where = where[:1]
+            plane = plane_of[ev]
+            if new != ev and new in plane_of and plane_of[new] != plane:
+                raise ValueError(
+                    f"entries[{k}]: ev_new {new} is already an EV of plane {plane_of[new]}, "
+                    f"and the slot of ev {ev} is on plane {plane}"
+                )
+            for i in where:
+                slots[i] = new
+            if ev not in slots:
+                plane_of.pop(ev)
+                denied.discard(ev)
+            plane_of[new] = plane
+            if state is EVState.DENIED or any(new & m == v for m, v in self.deny_rules):
+                denied.add(new)
+            else:
+                denied.discard(new)
+            left = sum(1 for e in slots if e not in denied)
+            if left < self.cfg.min_active_evs:
+                raise ValueError(
+                    f"entries[{k}]: would leave {left} of {len(slots)} EVs undenied, fewer "
+                    f"than min_active_evs ({self.cfg.min_active_evs})"
+                )
+            changed += len(where)
+        if dry_run:
+            return changed
+        for ev, new, state, all_copies in entries:
+            self._replace_one(ev, new, state, all_copies, now)
+        return changed
+
+    def _replace_one(self, ev: int, new: int, state: EVState, all_copies: bool, now: float) -> None:
+        old = self.by_ev.get(ev)
+        if old is None:
+            return
+        target = self.by_ev.get(new)
+        created = target is None
+        if target is None:
+            target = self.by_ev[new] = EVPath(new, old.plane)
+        for i, p in enumerate(self.paths):
+            if p is old:
+                self.paths[i] = target
+                if not all_copies:
+                    break
+        if old is not target and all(p is not old for p in self.paths):
+            self._forget(old)
+        if state is not EVState.DENIED and any(new & m == v for m, v in self.deny_rules):
+            state = EVState.DENIED
+        if created:
+            target.state = state  # a fresh EV: its event says what its slot held before
+            if self._on_change is not None:
+                self._on_change(now, new, old.state, state, "replace")
+        else:
+            target.weight, target.credit, target.ack_misses = 1.0, 0.0, 0
+            self._set(target, state, now, "replace")
+
+    def _forget(self, p: EVPath) -> None:
+        """`p` left the array: no lookup, buffer or probe timer refers to it any more. Its
+        state becomes DENIED so that a reference still held elsewhere (a resend queued on it)
+        picks another EV."""
+        del self.by_ev[p.ev]
+        if p.state is EVState.FAILED:
+            self._failed.remove(p)
+        p.state = EVState.DENIED
+        self.recent = deque((x for x in self.recent if x is not p), maxlen=RECENT_ACKED)
+        self.reps_buffer = deque(
+            (x for x in self.reps_buffer if x is not p), maxlen=self.cfg.reps_buffer
+        )
+        self.reps_frozen = [x for x in self.reps_frozen if x is not p]
+
+    def array(self) -> list[dict]:
+        """The EV array in slot order (MRC_CTL_EV_OP_QUERY_EV_ARRAY): each slot's EV, plane,
+        state and weight; a copy appears once per slot."""
+        return [
+            {"ev": p.ev, "plane": p.plane, "state": p.state.value, "weight": round(p.weight, 3)}
+            for p in self.paths
+        ]
+
+    def unique_paths(self) -> list[EVPath]:
+        """Each EV once, in slot order (after `replace` a copy holds several slots)."""
+        return list(dict.fromkeys(self.paths))
 
     # -- probing -----------------------------------------------------------------------------
 
@@ -305,7 +421,7 @@ class EVSet:
         due: list[EVPath] = []
         if not self._failed:
             return due
-        for p in self.paths:  # in EV order, as before the _failed list existed
+        for p in self.unique_paths():  # in EV order, as before the _failed list existed
             if p.state is EVState.FAILED and p.next_probe_at <= now:
                 self._schedule_probe(p, now, self.cfg)
                 due.append(p)

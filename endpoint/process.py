@@ -35,6 +35,8 @@ from contracts.clock import virtual_clock
 from contracts.framing import max_frame_bytes
 from endpoint import udp_io
 from endpoint.control_server import ControlConnection, ControlServer
+from endpoint.ev import Replacement
+from endpoint.ev_path import EVState
 from endpoint.ev_probe import ProbeRun
 from endpoint.metrics import DeliveryBins, MetricsWriter, rtt_summary
 from endpoint.pacer import Pacer
@@ -59,6 +61,43 @@ def _deny_rule(req: dict) -> tuple[int, int]:
     if req["value"] & ~req["mask"]:
         raise ValueError(f"value: {req['value']:#x} has bits outside mask {req['mask']:#x}")
     return req["mask"], req["value"]
+
+
+REPLACE_STATES = {"good": EVState.GOOD, "denied": EVState.DENIED}
+"""The states a REPLACE_EV entry may give its new EV: MRC's GOOD and DENIED (an EV assumed
+bad is the transport's own finding, proven by a loss and cleared by a probe)."""
+REPLACE_KEYS = {"ev", "ev_new", "state", "all_copies"}
+REPLACE_MAX = 256  # entries per request: an array's worth
+
+
+def _replace_entries(req: dict) -> list[Replacement]:
+    """A `replace` request's entries as (ev, ev_new, state, all_copies); ValueError names the
+    first bad one (nothing is applied then)."""
+    entries = req.get("entries")
+    if not isinstance(entries, list) or not 1 <= len(entries) <= REPLACE_MAX:
+        raise ValueError(f"entries: expected a list of 1..{REPLACE_MAX} entries, got {entries!r}")
+    out: list[Replacement] = []
+    for k, e in enumerate(entries):
+        if not isinstance(e, dict):
+            raise ValueError(f"entries[{k}]: expected an object, got {e!r}")
+        unknown = sorted(set(e) - REPLACE_KEYS)
+        if unknown:
+            raise ValueError(f"entries[{k}].{unknown[0]}: unknown key")
+        for key in ("ev", "ev_new"):
+            v = e.get(key)
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 0xFFFF:
+                raise ValueError(f"entries[{k}].{key}: expected an EV 1..65535, got {v!r}")
+        state = REPLACE_STATES.get(e.get("state"))  # type: ignore[arg-type]
+        if state is None:
+            raise ValueError(
+                f"entries[{k}].state: expected one of {', '.join(REPLACE_STATES)}, "
+                f"got {e.get('state')!r}"
+            )
+        copies = e.get("all_copies", False)
+        if not isinstance(copies, bool):
+            raise ValueError(f"entries[{k}].all_copies: expected true or false, got {copies!r}")
+        out.append((e["ev"], e["ev_new"], state, copies))
+    return out
 
 
 def _deny_peers(req: dict) -> frozenset[str] | None:
@@ -181,6 +220,8 @@ class EndpointProcess:
                 "events": self._events,
                 "drain": self._drain,
                 "probe": self._probe,
+                "replace": self._replace,
+                "evs": self._evs,
             },
             clock=self.clock,
         )
@@ -506,7 +547,7 @@ class EndpointProcess:
                     "lb": {"policy": s.evs.lb, **s.evs.lb_counts},
                     "srtt": s.rtt.srtt,
                     "inflight_bytes": s.inflight_bytes,
-                    "evs_failed": sum(1 for p in s.evs.paths if p.state.value == "failed"),
+                    "evs_failed": sum(1 for p in s.evs.unique_paths() if p.state.value == "failed"),
                 }
             )
 
@@ -582,6 +623,51 @@ class EndpointProcess:
         back = sum(len(conn.sender.evs.allow(*rule, now)) for conn in conns)
         return {"ok": True, "allowed": back}
 
+    # ----- REPLACE_EV and QUERY_EV_ARRAY (docs/transport.md, "Replacing EVs") ----------------
+
+    def _replace(self, req: dict, c: ControlConnection, now: float) -> dict:
+        """Replace EVs on every connection (or those to `peers`) that has them: all or none.
+        Every connection is checked before any changes; an entry whose `ev` no connection has
+        is an error, as is a connection with one fixed EV (single-path, roce)."""
+        entries = _replace_entries(req)
+        conns = self._conns_to(_deny_peers(req), self.ep.connections.values())
+        found = [False] * len(entries)
+        for conn in conns:
+            evs = conn.sender.evs
+            mine = [k for k, e in enumerate(entries) if e[0] in evs.by_ev]
+            if not mine:
+                continue
+            if conn.sender.policy.single_path:
+                raise ValueError(
+                    f"{self.host}: the connection to {conn.peer} is {conn.sender.cfg.mode.value}: "
+                    "one fixed EV, nothing to replace"
+                )
+            for k in mine:
+                found[k] = True
+            try:
+                evs.replace(entries, now, dry_run=True)
+            except ValueError as exc:
+                raise ValueError(f"{self.host}, connection to {conn.peer}: {exc}") from None
+        if not all(found):
+            k = found.index(False)
+            raise ValueError(f"entries[{k}].ev: {entries[k][0]} is not an EV of any connection")
+        replaced = sum(conn.sender.evs.replace(entries, now) for conn in conns)
+        return {"ok": True, "replaced": replaced, "qps": len(conns)}
+
+    def _evs(self, req: dict, c: ControlConnection, now: float) -> dict:
+        """Every connection's EV array (or those to `peers`), slot by slot: MRC's
+        QUERY_EV_ARRAY."""
+        conns = self._conns_to(_deny_peers(req), self.ep.connections.values())
+        return {
+            "ok": True,
+            "host": self.host,
+            "t": now,
+            "qps": [
+                {"qp": conn.local_qp, "peer": conn.peer, "evs": conn.sender.evs.array()}
+                for conn in conns
+            ],
+        }
+
     @staticmethod
     def _conns_to(peers: frozenset[str] | None, conns) -> list:
         return [c for c in conns if peers is None or c.peer in peers]
@@ -625,7 +711,7 @@ class EndpointProcess:
         conn = conns[-1]  # the newest: the one a running job is most likely using
         evs = req.get("evs")
         if evs is None:
-            evs = [p.ev for p in conn.sender.evs.paths]
+            evs = [p.ev for p in conn.sender.evs.unique_paths()]
         if not isinstance(evs, list) or not all(
             isinstance(e, int) and not isinstance(e, bool) for e in evs
         ):

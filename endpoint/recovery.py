@@ -309,14 +309,14 @@ class Recovery:
         self.sweep_since = since
         srtt = self.rtt.smoothed(self.cfg.rto_initial)
         self.sweep_until = now + max(2 * srtt, self.reorder_allowance() + srtt)
-        for path in self.evs.paths:
+        for path in self.evs.unique_paths():
             if path.state not in _NOT_PROBED and path.proven_at < since:
                 self.probe_queue.append(path)
 
     def _close_sweep(self, now: float) -> None:
         self.sweep_until = None
         since = self.sweep_since
-        for path in self.evs.paths:
+        for path in self.evs.unique_paths():
             if path.state not in _NOT_PROBED and path.proven_at < since:
                 self.stats.counters["sweep_retired"] += 1
                 self._retire(path.ev, now, "sweep")
