@@ -367,6 +367,7 @@ class EVSet:
         old = self.by_ev.get(ev)
         if old is None:
             return
+        prev = old.state  # what the slot held: the new EV's event starts from it
         target = self.by_ev.get(new)
         created = target is None
         if target is None:
@@ -383,10 +384,13 @@ class EVSet:
         if created:
             target.state = state  # a fresh EV: its event says what its slot held before
             if self._on_change is not None:
-                self._on_change(now, new, old.state, state, "replace")
-        else:
+                self._on_change(now, new, prev, state, "replace")
+        else:  # a copy: the event says so even when the EV's state stays what it was
             target.weight, target.credit, target.ack_misses = 1.0, 0.0, 0
-            self._set(target, state, now, "replace")
+            if target.state is not state:
+                self._set(target, state, now, "replace")
+            elif self._on_change is not None:
+                self._on_change(now, new, state, state, "replace")
 
     def _forget(self, p: EVPath) -> None:
         """`p` left the array: no lookup, buffer or probe timer refers to it any more. Its

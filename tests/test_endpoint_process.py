@@ -816,6 +816,48 @@ def test_per_peer_denies_and_the_event_queue(loopback):
     co.stop()
 
 
+def test_replace_and_the_ev_array_on_a_live_process(loopback):
+    """The `replace` op (MRC's REPLACE_EV) swaps EVs on a live connection, all or none, with an
+    event per new EV; the `evs` op (QUERY_EV_ARRAY) reads the array back slot by slot; bad
+    entries are refused naming the key, and the job still completes on the new EVs."""
+    lb = loopback(["a", "b"])
+    co = lb.coordinator()
+    co.start(1, {"workload": {"kind": "bulk", "src": "a", "dst": "b", "bytes": "1MB"}, "evs": 8})
+    before = co.ev_arrays(["a"])["a"]["qps"]
+    assert len(before) == 1 and before[0]["peer"] == "b" and len(before[0]["evs"]) == 8
+    old = [s["ev"] for s in before[0]["evs"]]
+    with ControlClient(str(lb.sock("a"))) as c:
+        for entry, msg in (
+            ({"ev": old[0], "ev_new": 0, "state": "good"}, r"entries\[0\]\.ev_new: expected an EV"),
+            ({"ev": old[0], "ev_new": 9, "state": "bad"}, r"entries\[0\]\.state: expected one"),
+            ({"ev": old[0], "ev_new": 9, "state": "good", "x": 1}, r"entries\[0\]\.x: unknown"),
+            ({"ev": 7, "ev_new": 9, "state": "good"}, r"entries\[0\]\.ev: 7 is not an EV"),
+        ):
+            with pytest.raises(ControlError, match=msg):
+                c.call({"op": "replace", "entries": [entry]})
+    entries = [{"ev": old[0], "ev_new": 60_000, "state": "good"},
+               {"ev": old[1], "ev_new": old[2], "state": "good"}]  # fmt: skip
+    assert co.replace(entries, ["a"])["a"]["replaced"] == 2
+    after = [s["ev"] for s in co.ev_arrays(["a"], peers=["b"])["a"]["qps"][0]["evs"]]
+    assert after == [60_000, old[2], old[2], *old[3:]]
+    ev = co.events(["a"])["a"]["events"]
+    assert [(e["ev"], e["reason"]) for e in ev] == [(60_000, "replace"), (old[2], "replace")]
+    co.go(1)
+    res = co.wait(1, timeout=30)
+    assert res["b"]["received_bytes"] == 1_000_000
+    co.stop()
+    for p in lb.procs.values():
+        assert p.wait(10) == 0
+    used = {
+        int(key.rsplit(":", 1)[1])
+        for r in read_records(lb.metrics("a"))
+        if r["type"] == "evtx"
+        for key, n in r["bytes"].items()
+        if n > 200
+    }
+    assert 60_000 in used and not used & {old[0], old[1]}
+
+
 def test_controller_probes_on_loopback_answer_per_ev(loopback):
     """The `probe` op on a live process: every EV of an idle connection answers with an RTT
     (one loopback round trip, well under the timeout), bad requests name the field, and the
