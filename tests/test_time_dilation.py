@@ -92,6 +92,28 @@ def test_transport_timers_follow_the_base_rtt_with_real_time_hazards_as_floors()
     TransportConfig(**dc)  # a valid configuration
 
 
+def test_maxwnd_leaves_shallow_queues_room_and_deep_ones_the_default():
+    """NSCC's MaxWnd on a fabric: the excess over the BDP takes at most a third of one port's
+    queue (12 kB at 10 Gbps, BDP 16.7 kB: 1.24 BDPs); where queues are deep for the BDP
+    (the reference fabric at N = 1, 9000 B frames with 72 kB queues) the default 1.5."""
+    four = TopologyParams(
+        spines=4, leaves=4, hosts_per_leaf=4, link_mbps=10_000, delay_us=1, queue_kb=12
+    )
+    dc = transport_timing(four, 5000.0)
+    bdp = 10e9 / 8 * dc["base_rtt"]
+    assert dc["max_window"] == pytest.approx(1 + 12_000 / 3 / bdp)
+    assert 1.2 < dc["max_window"] < 1.3
+    assert transport_timing(TopologyParams(), 1.0)["max_window"] == 1.5
+    jumbo = TopologyParams(
+        spines=4, leaves=4, hosts_per_leaf=4, link_mbps=10_000, delay_us=1, mtu=9000, queue_kb=72
+    )
+    assert transport_timing(jumbo, 5000.0)["max_window"] == 1.5
+    cfg = EndpointConfig.from_obj(fabric_endpoint_config(leaf_spine(four), time_dilation=5000.0))
+    assert job_transport_config(cfg, {"mode": "mrc"}).max_window == dc["max_window"]
+    # A scenario's (a job's) own cc still wins.
+    assert job_transport_config(cfg, {"transport": {"max_window": 2.0}}).max_window == 2.0
+
+
 def test_the_endpoint_config_carries_the_dilation_timing_and_bins():
     fab = leaf_spine(DC)
     cfg = EndpointConfig.from_obj(fabric_endpoint_config(fab, time_dilation=500.0))
