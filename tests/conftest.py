@@ -89,3 +89,18 @@ def drive_jobs(net, eps: dict, jobs: dict, until: float = 5.0) -> bool:
     while not ok and net.now < until:
         ok = net.run(min(until, net.now + 0.002), stop=done)
     return ok
+
+
+def record_sends(net, src: str | None = None) -> list[tuple[float, int]]:
+    """Wrap a SimNet's inject: every packet that `src` (default: any host) sends is recorded as
+    (virtual time, EV) in the returned list, which fills as the network runs."""
+    sent: list[tuple[float, int]] = []
+    inject = net.inject
+
+    def spy(host, tx):
+        if src is None or host == src:
+            sent.append((net.now, tx.ev))
+        inject(host, tx)
+
+    net.inject = spy
+    return sent

@@ -12,6 +12,7 @@ from endpoint.config import TransportConfig
 from endpoint.ev import EVSet, EVState
 from endpoint.reassembly import Reassembly
 from endpoint.rtt import RttEstimator
+from tests.conftest import record_sends
 
 
 @settings(max_examples=200, deadline=None)
@@ -312,19 +313,13 @@ def test_explicit_evs_are_the_given_ports_and_carry_a_transfer() -> None:
         TransportConfig(explicit_evs=[7])
     net = SimNet(seed=3)
     h = PairHarness(net, TransportConfig(ev_profile="explicit", explicit_evs=evs))
-    used: set[int] = set()
-    inject = net.inject
-
-    def spy(src, tx):
-        used.add(tx.ev)
-        inject(src, tx)
-
-    net.inject = spy
+    sent = record_sends(net)
     rng = random.Random(3)
     data = [rng.randbytes(20_000) for _ in range(5)]
     for d in data:
         h.send_ab(d)
     assert h.run(5.0)
+    used = {ev for _, ev in sent}
     assert used <= set(evs) and len(used) == len(evs)
 
 

@@ -11,6 +11,7 @@ import pytest
 from endpoint.config import TransportConfig
 from endpoint.ev import EVSet
 from endpoint.ev_path import EVState
+from tests.conftest import record_sends
 
 GOOD, DENIED = EVState.GOOD, EVState.DENIED
 
@@ -111,15 +112,7 @@ def test_a_transfer_moves_onto_the_replacement_evs_mid_flight() -> None:
     evs = h.ca.sender.evs
     old = [p.ev for p in evs.paths[:3]]
     new = [60_000, 60_001, 60_002]
-    used: list[tuple[float, int]] = []
-    inject = net.inject
-
-    def spy(src, tx):
-        if src == "a":
-            used.append((net.now, tx.ev))
-        inject(src, tx)
-
-    net.inject = spy
+    used = record_sends(net, "a")
     rng = random.Random(5)
     sent = [rng.randbytes(60_000) for _ in range(4)]
     for data in sent:
