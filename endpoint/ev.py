@@ -309,7 +309,13 @@ class EVSet:
 
     # -- REPLACE_EV (MRC's EV operation: swap an EV of the array for another) -------------------
 
-    def replace(self, entries: list[Replacement], now: float, dry_run: bool = False) -> int:
+    def replace(
+        self,
+        entries: list[Replacement],
+        now: float,
+        dry_run: bool = False,
+        hits: list[bool] | None = None,
+    ) -> int:
         """Replace EVs of this connection's array, entry by entry (MRC_CTL_EV_OP_REPLACE_EV):
         one occurrence of `ev` (the first), or every one with `all_copies`, becomes `ev_new` in
         state `state` (GOOD or DENIED; a deny rule in force that matches `ev_new` denies it
@@ -320,7 +326,9 @@ class EVSet:
         connection when each draws its own base). Returns how many slots changed.
 
         All or none: every entry is checked in order on a copy of the array first, and a
-        ValueError naming the entry leaves the connection as it was. `dry_run` only checks.
+        ValueError naming the entry leaves the connection as it was. `dry_run` only checks;
+        `hits[k]` becomes True for each entry that found its `ev` (an earlier entry's `ev_new`
+        counts: the entries apply in order).
         Why: an EV that the controller knows crosses a failed link can be swapped for one that
         does not, keeping the spraying width (a deny narrows it), and a hashed EV that
         collides can be re-rolled."""
@@ -332,6 +340,8 @@ class EVSet:
             where = [i for i, e in enumerate(slots) if e == ev]
             if not where:
                 continue
+            if hits is not None:
+                hits[k] = True
             if not all_copies:
                 where = where[:1]
             plane = plane_of[ev]

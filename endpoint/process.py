@@ -633,21 +633,17 @@ class EndpointProcess:
         conns = self._conns_to(_deny_peers(req), self.ep.connections.values())
         found = [False] * len(entries)
         for conn in conns:
-            evs = conn.sender.evs
-            mine = [k for k, e in enumerate(entries) if e[0] in evs.by_ev]
-            if not mine:
-                continue
-            if conn.sender.policy.single_path:
+            hits = [False] * len(entries)
+            try:
+                conn.sender.evs.replace(entries, now, dry_run=True, hits=hits)
+            except ValueError as exc:
+                raise ValueError(f"{self.host}, connection to {conn.peer}: {exc}") from None
+            if any(hits) and conn.sender.policy.single_path:
                 raise ValueError(
                     f"{self.host}: the connection to {conn.peer} is {conn.sender.cfg.mode.value}: "
                     "one fixed EV, nothing to replace"
                 )
-            for k in mine:
-                found[k] = True
-            try:
-                evs.replace(entries, now, dry_run=True)
-            except ValueError as exc:
-                raise ValueError(f"{self.host}, connection to {conn.peer}: {exc}") from None
+            found = [a or b for a, b in zip(found, hits, strict=True)]
         if not all(found):
             k = found.index(False)
             raise ValueError(f"entries[{k}].ev: {entries[k][0]} is not an EV of any connection")

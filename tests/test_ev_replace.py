@@ -59,8 +59,12 @@ def test_replace_is_all_or_none_and_names_the_entry() -> None:
     with pytest.raises(ValueError, match=r"entries\[1\]: would leave 2 of 4 EVs undenied"):
         evs.replace([(a, 60_000, DENIED, False), (b, 60_001, DENIED, False)], 1.0)
     assert evs.array() == before and seen == []
-    # An entry for an EV this connection has not got is skipped (another connection's).
-    assert evs.replace([(999, 60_002, GOOD, False), (c, 60_003, GOOD, False)], 2.0) == 1
+    # An entry for an EV this connection has not got is skipped (another connection's), and
+    # `hits` says which entries found theirs -- an earlier entry's ev_new counts.
+    hits = [False] * 3
+    entries = [(999, 60_002, GOOD, False), (c, 60_003, GOOD, False), (60_003, 60_004, GOOD, False)]
+    assert evs.replace(entries, 2.0, hits=hits) == 2
+    assert hits == [False, True, True] and 60_004 in evs.by_ev and 60_003 not in evs.by_ev
 
 
 def test_a_slot_keeps_its_plane() -> None:
