@@ -33,8 +33,8 @@ fabric with 1 µs links, whose base RTT is 50 times shorter. So every job's tran
   so the window's ceiling is all that bounds that queue. Measured on 4x4x4 at 10 Gbps with
   12 kB queues, the permutation of `bench fidelity` (seeds 2 and 3, N = 5000, every run
   valid): at 1.5 BDPs (excess 0.69 of a queue) 4 runs of 6 trimmed (57-288 trims; 80.7-88.6 %
-  per flow), at 1.36 (0.5) 4 of 6 (80-241; 81.5-88.7 %), at 1.25 (0.35) none of 9
-  (88.2-88.7 %). Fabrics whose queues are deep for their BDP (the reference fabric, 9000 B
+  per flow), at 1.36 (0.5) 4 of 6 (80-241; 81.5-88.7 %), at 1.25 (0.35) none of 6
+  (88.2-88.7 %), at the derived 1.24 one of 4 (50 trims; 88.4-88.7 %). Fabrics whose queues are deep for their BDP (the reference fabric, 9000 B
   frames with 72 kB queues) keep 1.5.
 
 A scenario's own `transport:` overrides (and per-job ones) still win over these.
