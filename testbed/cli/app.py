@@ -316,7 +316,16 @@ def _bench_and_lab_commands(sub) -> None:
     be = sub.add_parser("bench", help="benchmarks with same-run baselines")
     be.add_argument(
         "what",
-        choices=["switch", "endpoint", "fabric", "failover", "capacity", "fidelity", "ecmp"],
+        choices=[
+            "switch",
+            "endpoint",
+            "fabric",
+            "failover",
+            "capacity",
+            "fidelity",
+            "ecmp",
+            "hop",
+        ],
     )
     be.add_argument("--json", action="store_true")
     be.add_argument("--duration", type=float, default=2.0, help="seconds per measurement")

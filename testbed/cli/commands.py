@@ -19,6 +19,7 @@ from testbed.bench import (
     fabric_bench,
     failover_bench,
     fidelity_bench,
+    hop_bench,
     switch_bench,
 )
 from testbed.bench.calibrate import run_calibration
@@ -501,6 +502,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.what == "ecmp":  # pure computation: no fabric, no root
         result = ecmp_bench.run_ecmp_bench(quick=args.quick)
         print(json.dumps(result, indent=1) if args.json else ecmp_bench.format_ecmp_table(result))
+        return 0
+    if args.what == "hop":  # the switches on a fake clock: no fabric, no root
+        result = hop_bench.run_hop_bench(quick=args.quick)
+        print(json.dumps(result, indent=1) if args.json else hop_bench.format_hop_table(result))
         return 0
     need_root("testbed bench")
     if args.what in SCENARIO_BENCHES:
