@@ -252,6 +252,7 @@ def run_hop_bench(quick: bool = False, repeats: int | None = None) -> dict:
     best = {k: min(v, key=lambda r: r.cpu_us_per_hop) for k, v in rows.items()}
     f, b = best["fabric"], best["batched"]
     return {
+        "bench": "hop",
         "fabric": {**FABRIC, **LINKS, "time_dilation": DILATION},
         "virtual_s": virtual_s,
         "repeats": repeats,
