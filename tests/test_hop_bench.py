@@ -57,3 +57,15 @@ def test_cli_prints_the_table_without_root() -> None:
     assert set(d["rows"]) == {"fabric", "batched"}
     assert d["rows"]["fabric"]["cpu_us_per_hop"] > 0
     assert d["fabric_vs_batched"] > 0
+
+
+def test_cli_refuses_a_time_dilation_in_one_line() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "testbed.cli", "bench", "hop", "--time-dilation", "100"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode != 0
+    assert out.stderr.strip().count("\n") == 0
+    assert "--time-dilation" in out.stderr and "fake clock" in out.stderr

@@ -494,6 +494,11 @@ SCENARIO_BENCHES = {
 
 def cmd_bench(args: argparse.Namespace) -> int:
     dilation = _dilation_arg(args)
+    if dilation is not None and args.what == "hop":
+        raise CliError(
+            f"--time-dilation: bench hop runs on a fake clock, its switches at N = "
+            f"{hop_bench.DILATION}"
+        )
     if dilation is not None and args.what not in SCENARIO_BENCHES:
         raise CliError(f"--time-dilation: bench {args.what} runs in real time only")
     only = getattr(args, "only", None)
