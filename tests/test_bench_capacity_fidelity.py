@@ -326,6 +326,18 @@ def test_slow_link_scenario_degrades_one_link_from_the_start_for_each_policy():
         assert sc.transports == [row] and sc.transport_spec(row).lb == spec["lb"]
         (ev,) = sc.events
         assert (ev.action, ev.at, tuple(ev.link), ev.mbps) == ("degrade", 0, fid.SLOW_LINK, 1000.0)
+        late = row == "mrc-reps-late-ecn"
+        assert sc.topology.ecn_kb == (fid.LATE_ECN_KB if late else None), row
+
+
+def test_the_late_ecn_row_marks_one_full_frame_below_the_queue():
+    from contracts.framing import DEFAULT_MTU, max_frame_bytes
+
+    assert fid.LATE_ECN_KB == pytest.approx(
+        fid.LINKS["queue_kb"] - max_frame_bytes(DEFAULT_MTU) / 1000
+    )
+    assert fid.LATE_ECN_KB < fid.LINKS["queue_kb"]
+    assert set(fid.SLOW_LINK_TOPOLOGY) <= set(fid.SLOW_LINK_ROWS)
 
 
 def test_fidelity_table_with_only_the_slow_link_section():
@@ -341,7 +353,8 @@ def test_fidelity_table_with_only_the_slow_link_section():
             "htsim": fid.HTSIM["slow-link"],
             "rows": [
                 {
-                    "row": "mrc-reps",
+                    "row": "mrc-reps-late-ecn",
+                    "ecn_kb": 10.486,
                     "measured": {
                         "affected_flows": 8,
                         "affected_mean": 67.1,
@@ -360,5 +373,6 @@ def test_fidelity_table_with_only_the_slow_link_section():
     }
     text = fid.format_fidelity_table(d)
     assert "slow link: leaf1-spine1 at 1 Gbps (10 %)" in text
-    assert "mrc-reps" in text and "67.1 / 61.0" in text and "58.2" in text
+    assert "mrc-reps-late-ecn" in text and "67.1 / 61.0" in text and "58.2" in text
+    assert "10.486" in text
     assert "permutation, per-flow" not in text and "incast" not in text

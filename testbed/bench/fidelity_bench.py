@@ -128,8 +128,18 @@ SLOW_LINK_ROWS: dict[str, dict[str, Any]] = {
     "mrc-wrr": {"name": "mrc", "label": "mrc-wrr", "lb": "wrr"},
     "mrc-oblivious": {"name": "mrc", "label": "mrc-oblivious", "lb": "oblivious"},
     "mrc-reps": {"name": "mrc", "label": "mrc-reps", "lb": "reps"},
+    # REPS on a fabric that marks ECN only when a queue cannot take one more full frame.
+    "mrc-reps-late-ecn": {"name": "mrc", "label": "mrc-reps-late-ecn", "lb": "reps"},
 }
 """htsim's row sprays blindly (its NDP): `mrc-oblivious` is its counterpart."""
+LATE_ECN_KB = round(LINKS["queue_kb"] - max_frame_bytes(DEFAULT_MTU) / 1000, 3)
+"""An ECN threshold of the queue less one full frame (10.486 of 12 kB): a mark then says the
+queue is about to trim. REPS takes a marked EV out of its recycling; at the default threshold,
+half the queue, every path of a fully loaded permutation marks on a burst of four frames, so
+REPS drops its good EVs too and explores onto the slow spine (docs/fidelity.md, "REPS and the
+ECN threshold")."""
+SLOW_LINK_TOPOLOGY: dict[str, dict[str, Any]] = {"mrc-reps-late-ecn": {"ecn_kb": LATE_ECN_KB}}
+"""The slow-link rows that change the fabric as well as the transport."""
 
 
 def row_key(row: str) -> str:
@@ -171,6 +181,7 @@ def slow_link_scenario(seed: int, nbytes: int, row: str) -> dict:
     sc["name"] = f"fidelity-slow-link-s{seed}"
     sc["description"] = "bench fidelity: one slow leaf-spine link, per-flow utilisation"
     sc["transport"] = [SLOW_LINK_ROWS[row]]
+    sc["topology"].update(SLOW_LINK_TOPOLOGY.get(row, {}))
     sc["events"] = [{"at": 0, "action": "degrade", "link": list(SLOW_LINK), "mbps": SLOW_LINK_MBPS}]
     return sc
 
@@ -526,6 +537,7 @@ def _run_slow_link(seed: int, nbytes: int, out: Path, time_dilation) -> dict:
         rows.append(
             {
                 "row": row,
+                "ecn_kb": SLOW_LINK_TOPOLOGY.get(row, {}).get("ecn_kb"),
                 "measured": fig,
                 "per_fct": slow_link_figures(flows, leaf_hosts, LINK_MBPS),
                 "validity": validity_cell([rec]),
@@ -635,23 +647,26 @@ def format_fidelity_table(d: dict) -> str:
             f"slow link: {sl['link'][0]}-{sl['link'][1]} at {sl['link_mbps'] / 1000:g} Gbps (10 %), "
             f"permutation, seed {sl['seed']}; per-flow utilisation % while every flow ran, "
             "mean / lowest",
-            f"  {'row':14} {'affected':>13} {'others':>13} {'per FCT':>13}  validity",
+            f"  {'row':18} {'ECN kB':>6} {'affected':>13} {'others':>13} {'per FCT':>13}  validity",
         ]
         for r in sl["rows"]:
             m = r["measured"]
             fct = r.get("per_fct") or {"affected_mean": None, "others_mean": None}
+            ecn = r.get("ecn_kb")
             lines.append(
-                f"  {r['row']:14} {_f(m['affected_mean']):>6} / {_f(m['affected_min']):<4} "
+                f"  {r['row']:18} {'half' if ecn is None else f'{ecn:g}':>6} "
+                f"{_f(m['affected_mean']):>6} / {_f(m['affected_min']):<4} "
                 f"{_f(m['others_mean']):>6} / {_f(m['others_min']):<4} "
                 f"{_f(fct['affected_mean']):>6} / {_f(fct['others_mean']):<4}  {r['validity']}  "
                 f"{_runs_cell(r['runs'])}"
             )
         lines += [
-            f"  {'htsim':14} {ref['affected_mean']:>6.1f}        {ref['others_mean']:>6.1f}"
+            f"  {'htsim':18} {'':>6} {ref['affected_mean']:>6.1f}        {ref['others_mean']:>6.1f}"
             f"         ({ref['what']}; the affected flows' share of what remains: "
             f"~{ref['affected_share_pct']:g})",
             "  affected = the flows that start or end on the slow link's leaf; per FCT:",
-            "  affected / others, each flow's bytes over its own completion time",
+            "  affected / others, each flow's bytes over its own completion time; ECN kB: the",
+            "  switches' marking threshold (half: the default, half the queue)",
         ]
     inc = d.get("incast")
     if inc:
