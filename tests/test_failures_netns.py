@@ -259,6 +259,10 @@ def _incast(name: str, dscp: int, tmp: Path) -> tuple[dict, dict, list[list[str]
         line = cap.stderr.readline()
     rx = Receiver(name, "h4", 9100)
     before = fabric_totals(name)
+    # The three senders start at one instant: started one after another on a loaded machine,
+    # each could finish its 300 frames (34 ms at 100 Mbps) before the next began, and the
+    # port never queued (a CI run saw 900 frames arrive, none trimmed).
+    start_at = time.monotonic() + 1.5
     senders = [
         subprocess.Popen(
             probe(
@@ -275,6 +279,8 @@ def _incast(name: str, dscp: int, tmp: Path) -> tuple[dict, dict, list[list[str]
                 "300",
                 "--dscp",
                 str(dscp),
+                "--start-at",
+                f"{start_at:.6f}",
             ),
             stdout=subprocess.PIPE,
             text=True,

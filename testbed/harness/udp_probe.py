@@ -30,6 +30,10 @@ def send(args: argparse.Namespace) -> dict:
     payload_len = max(HEADER.size, args.size - 14 - 20 - 8)
     pad = b"\xa5" * (payload_len - HEADER.size)
     sent = errors = 0
+    if args.start_at is not None:  # several senders in other namespaces start together
+        wait = args.start_at - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
     t0 = time.monotonic()
     nxt = t0
     for seq in range(args.count):
@@ -92,6 +96,13 @@ def main(argv: list[str] | None = None) -> int:
     sp.add_argument("--ecn", type=int, default=2, choices=[0, 1, 2, 3])
     sp.add_argument(
         "--interval-us", type=float, default=0.0, help="gap between rounds; 0 = back to back"
+    )
+    sp.add_argument(
+        "--start-at",
+        type=float,
+        default=None,
+        help="CLOCK_MONOTONIC second to start sending at (one clock for every namespace), so "
+        "that senders started one after another send at once",
     )
     rp = sub.add_parser("recv")
     rp.add_argument("--port", type=int, default=9000)
