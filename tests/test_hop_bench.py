@@ -44,13 +44,18 @@ def test_half_load_queues_less() -> None:
     assert half.trims < full.trims
 
 
-def test_cli_prints_the_table_without_root() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "testbed.cli", "bench", "hop", "--quick", "--json"],
+def _bench_hop(*args: str) -> subprocess.CompletedProcess:
+    """`testbed bench hop ARGS` as a user runs it (no root needed)."""
+    return subprocess.run(
+        [sys.executable, "-m", "testbed.cli", "bench", "hop", *args],
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def test_cli_prints_the_table_without_root() -> None:
+    out = _bench_hop("--quick", "--json")
     assert out.returncode == 0, out.stderr
     d = json.loads(out.stdout)
     assert d["conserved"] is True
@@ -60,12 +65,7 @@ def test_cli_prints_the_table_without_root() -> None:
 
 
 def test_cli_refuses_a_time_dilation_in_one_line() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "testbed.cli", "bench", "hop", "--time-dilation", "100"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = _bench_hop("--time-dilation", "100")
     assert out.returncode != 0
     assert out.stderr.strip().count("\n") == 0
     assert "--time-dilation" in out.stderr and "fake clock" in out.stderr
