@@ -95,7 +95,6 @@ class _Sink:
     """A host port's wire: counts what the switch sends (a veth end, minus the kernel)."""
 
     __slots__ = ("frames",)
-    truncated = ring_skips = 0
 
     def __init__(self) -> None:
         self.frames = 0
@@ -103,12 +102,6 @@ class _Sink:
     def send(self, frame) -> bool:
         self.frames += 1
         return True
-
-    def poll_kernel_drops(self) -> int:
-        return 0
-
-    def fileno(self) -> int:
-        return -1
 
 
 class _Clock:
@@ -233,8 +226,9 @@ def run_hops(
         offered=sum(sent),
         at_hosts=sum(s.frames for s in sinks.values()),
         trims=sum(p.queue.trims for p in ports),
+        # A port counts its queue's drops too (Port.offer); a switch its routing drops.
         drops=sum(sum(p.counters.drops.values()) for p in ports)
-        + sum(p.queue.drops_queue_full + p.queue.drops_prio_full for p in ports),
+        + sum(sum(sw.drops.values()) for sw in switches.values()),
         cpu_s=cpu,
     )
 
