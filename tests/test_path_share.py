@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from testbed.analysis.path_share import MIN_BYTES, max_deviation_pct, path_shares, summary_entry
+from testbed.analysis.path_share import (
+    MIN_BYTES,
+    max_deviation_pct,
+    median_deviation_pct,
+    path_shares,
+    summary_entry,
+)
 from testbed.analysis.plots import plot_path_share
 from topologies import leaf_spine
 
@@ -44,6 +50,22 @@ def test_a_hashed_collision_shows_as_the_worst_link():
     assert max_deviation_pct(s) == 50.0  # 0.375 is 1.5x the equal 0.25 (and 0.125 0.5x)
 
 
+def test_one_leaf_off_equal_moves_the_worst_not_the_median():
+    # leaf1's uplink to spine1 carried 20 % (the balancer moved weight off a trimming path);
+    # leaf2's uplinks and both leaves' downlinks are even but for 2 %.
+    c = counters(
+        {"leaf1": [200, 270, 265, 265], "leaf2": [250, 245, 250, 255]},
+        {"leaf1": [255, 250, 245, 250], "leaf2": [250, 250, 250, 250]},
+    )
+    c = {sw: {"ports": {k: {"tx_bytes": v["tx_bytes"] * 10**4} for k, v in d["ports"].items()}}
+         for sw, d in c.items()}  # fmt: skip
+    s = path_shares(FAB, c)
+    assert max_deviation_pct(s) == 20.0
+    # per leaf and direction: 20 (leaf1 up), 2 (leaf2 up), 2 (leaf1 down), 0 (leaf2 down)
+    assert median_deviation_pct(s) == 2.0
+    assert median_deviation_pct({"uplinks": {}, "downlinks": {}}) is None
+
+
 def test_a_leaf_with_next_to_no_traffic_is_left_out():
     c = counters({"leaf1": [MIN_BYTES // 8] * 4}, {})
     assert path_shares(FAB, c) == {"uplinks": {}, "downlinks": {}}
@@ -53,7 +75,7 @@ def test_a_leaf_with_next_to_no_traffic_is_left_out():
 def test_summary_entry_rounds_and_carries_the_worst_deviation():
     c = counters({"leaf1": [1_000_000, 1_000_000, 1_100_000, 900_000]}, {})
     e = summary_entry(FAB, c)
-    assert e["max_deviation_pct"] == 10.0
+    assert e["max_deviation_pct"] == 10.0 and e["median_deviation_pct"] == 10.0
     assert e["uplinks"]["leaf1"]["spine3"] == 0.275 and e["downlinks"] == {}
 
 
