@@ -154,7 +154,15 @@ class TransportConfig:
     retry_exp_cnt: int = MRC_RETRY_INFINITE
 
     # EV health (endpoint.ev).
-    ecn_weight_factor: float = 0.5  # an ECN-marked or trimmed EV's weight is multiplied by this
+    ecn_weight_factor: float = 0.5  # a trimmed (or, see below, ECN-marked) EV's weight x this
+    # Does an ECN echo lower its EV's weight too (not only a trim)? Off: ECN is NSCC's signal.
+    # On a fabric whose every path is loaded, every path marks now and then; cutting the
+    # weight of whichever EV a mark came back on broke the round-robin's even spacing over the
+    # uplinks, the gaps queued, queues marked more EVs, and 7 of 24 permutation runs of the
+    # fidelity bench (generated EVs, source-routed) ended up trimming, their lowest flow at
+    # 56-83 % against 87-88 % (0 of 12 with ECN left to NSCC; docs/fidelity.md, "ECN and the
+    # EV weights"). A trim -- a full queue -- still cuts the weight.
+    ev_weight_on_ecn: bool = False
     weight_min: float = 0.125
     weight_recover: float = 0.05  # added to an EV's weight per clean ACK
     tail_copies: int = 3  # copies (distinct EVs) of an RTO / tail-loss-probe resend (mrc)

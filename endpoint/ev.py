@@ -3,8 +3,9 @@
 An EV is a UDP source port; the fabric's ECMP hash (or a source route) turns it into a path.
 The sender never learns the path itself, only what happens to packets sent on the EV:
 
-* ECN marks and trims mean *congestion*: the EV's weight drops (state CONGESTED) and recovers
-  with clean ACKs; it is never retired for it.
+* A trim means *congestion*: the EV's weight drops (state CONGESTED) and recovers with clean
+  ACKs; it is never retired for it. An ECN mark is the congestion control's signal, and lowers
+  the weight too only with `ev_weight_on_ecn` (endpoint.config: why not by default).
 * A loss (or data RTO) means *failure*: the EV is retired at once (FAILED), receives no data,
   and is probed on a timer with exponential back-off; an answered probe re-admits it. What
   retiring, backing off and re-admitting do to an EV is `endpoint.ev_policy` (three functions,
@@ -216,12 +217,15 @@ class EVSet:
     # -- feedback ----------------------------------------------------------------------------
 
     def on_congestion(self, ev: int, now: float, reason: str = "ecn") -> None:
-        """An ECN echo or a trim NACK on `ev` (`reason`): its weight drops."""
+        """An ECN echo or a trim NACK on `ev` (`reason`): its weight drops -- on an ECN echo
+        only with `ev_weight_on_ecn` (TransportConfig: why not by default). REPS hears both."""
         p = self.by_ev.get(ev)
         if p is None or p.state is EVState.FAILED or p.state is EVState.DENIED:
             return
         if self.lb == "reps":
             self._reps_feedback(p, now, good=False)
+        if reason == "ecn" and not self.cfg.ev_weight_on_ecn:
+            return
         p.weight = max(self.cfg.weight_min, p.weight * self.cfg.ecn_weight_factor)
         self._set(p, EVState.CONGESTED, now, reason)
 

@@ -100,12 +100,46 @@ def test_oblivious_spreads_over_usable_evs_and_ignores_congestion():
     assert all(800 <= c <= 1200 for c in counts.values()), counts  # ~1000 each
 
 
-def test_wrr_sends_less_on_congested_evs():
+def test_wrr_sends_less_on_trimmed_evs():
+    evs, ev = evset("wrr", n=8)
+    for _ in range(3):
+        evs.on_congestion(ev[0], 1.0, "trim")
+    counts = Counter(evs.pick().ev for _ in range(8000))
+    assert counts[ev[0]] < counts[ev[1]] / 4
+
+
+def test_an_ecn_echo_leaves_the_weights_to_nscc_unless_asked():
+    """By default ECN marks are the congestion control's: the EV keeps its weight and state,
+    so the round-robin's spacing over the paths stays even (TransportConfig.ev_weight_on_ecn)."""
     evs, ev = evset("wrr", n=8)
     for _ in range(3):
         evs.on_congestion(ev[0], 1.0, "ecn")
+    assert evs.by_ev[ev[0]].state is EVState.GOOD and evs.by_ev[ev[0]].weight == 1.0
+    assert Counter(evs.pick().ev for _ in range(800)) == dict.fromkeys(ev, 100)
+    evs, ev = evset("wrr", n=8, ev_weight_on_ecn=True)
+    for _ in range(3):
+        evs.on_congestion(ev[0], 1.0, "ecn")
+    assert evs.by_ev[ev[0]].state is EVState.CONGESTED
     counts = Counter(evs.pick().ev for _ in range(8000))
     assert counts[ev[0]] < counts[ev[1]] / 4
+
+
+def test_a_scenario_asks_for_ecn_to_lower_the_weights():
+    import copy
+
+    from testbed.harness.endpoint_driver import job_request
+    from testbed.scenario import ScenarioError, validate
+    from tests.test_scenario_validation import BASE
+
+    data = copy.deepcopy(BASE)
+    data["transport"] = ["mrc", {"name": "mrc", "label": "mrc-ecnw", "ev_weight_on_ecn": True}]
+    sc = validate(data)
+    assert job_request(sc, "mrc-ecnw")["transport"]["ev_weight_on_ecn"] is True
+    assert "ev_weight_on_ecn" not in job_request(sc, "mrc").get("transport", {})
+    data["transport"] = [{"name": "mrc", "ev_weight_on_ecn": "sometimes"}]
+    with pytest.raises(ScenarioError) as err:
+        validate(data)
+    assert "transport[0].ev_weight_on_ecn" in str(err.value) and "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize("lb", LB_POLICIES)

@@ -60,7 +60,7 @@ def test_congested_ev_carries_less_and_recovers() -> None:
     evs = EVSet(cfg)
     hot = evs.paths[0].ev
     for _ in range(3):
-        evs.on_congestion(hot, 0.0)
+        evs.on_congestion(hot, 0.0, "trim")
     assert evs.by_ev[hot].state is EVState.CONGESTED
     picks = [evs.pick().ev for _ in range(400)]
     assert picks.count(hot) < 0.5 * picks.count(evs.paths[1].ev)
@@ -326,7 +326,8 @@ def test_explicit_evs_are_the_given_ports_and_carry_a_transfer() -> None:
 def test_every_ev_transition_says_why() -> None:
     """The EV event stream (issue 19): each change carries what caused it."""
     seen: list = []
-    evs = EVSet(TransportConfig(num_evs=4), on_change=lambda *a: seen.append(a))
+    cfg = TransportConfig(num_evs=4, ev_weight_on_ecn=True)  # so that ECN is a reason too
+    evs = EVSet(cfg, on_change=lambda *a: seen.append(a))
     ev = evs.paths[0].ev
     evs.on_congestion(ev, 1.0, "trim")
     evs.retire(ev, 2.0, 0, "sweep")

@@ -42,7 +42,7 @@ def test_a_copy_shares_one_ev_and_carries_a_share_per_slot() -> None:
     assert evs.paths[1] is evs.paths[2] and b not in evs.by_ev
     picks = Counter(evs.pick().ev for _ in range(400))
     assert picks == {a: 100, c: 200, d: 100}
-    evs.on_congestion(c, 2.0)  # feedback on the EV: both slots
+    evs.on_congestion(c, 2.0, "trim")  # feedback on the EV: both slots
     assert [s["state"] for s in evs.array()] == ["good", "congested", "congested", "good"]
     assert evs.replace([(c, 61_000, GOOD, False)], 3.0) == 1
     assert [s["ev"] for s in evs.array()] == [a, 61_000, c, d]

@@ -491,6 +491,9 @@ class TransportSpec(StrictModel):
     )
     # How packets spread over the EVs (endpoint.config.LB_POLICIES): wrr, oblivious, reps.
     lb: Literal["wrr", "oblivious", "reps"] | None = None
+    # Does an ECN echo lower its EV's weight, not only a trim (endpoint.config: why not by
+    # default)? It matters where packets spread over several EVs.
+    ev_weight_on_ecn: bool | None = None
     # roce: the RC local ACK timeout exponent (4.096 µs x 2^t) and retry count.
     rc_timeout: int | None = Field(default=None, ge=0, le=31)
     rc_retry_cnt: int | None = Field(default=None, ge=0, le=7)
@@ -533,6 +536,8 @@ class TransportSpec(StrictModel):
             out["explicit_evs"] = list(self.explicit_evs)
         if self.lb is not None:
             out["lb"] = self.lb
+        if self.ev_weight_on_ecn is not None:
+            out["ev_weight_on_ecn"] = self.ev_weight_on_ecn
         for key in ("rc_timeout", "rc_retry_cnt", *MRC_QP_KEYS):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
