@@ -154,15 +154,17 @@ class TransportConfig:
     retry_exp_cnt: int = MRC_RETRY_INFINITE
 
     # EV health (endpoint.ev).
-    ecn_weight_factor: float = 0.5  # a trimmed (or, see below, ECN-marked) EV's weight x this
-    # Does an ECN echo lower its EV's weight too (not only a trim)? Off: ECN is NSCC's signal.
-    # On a fabric whose every path is loaded, every path marks now and then; cutting the
-    # weight of whichever EV a mark came back on broke the round-robin's even spacing over the
-    # uplinks, the gaps queued, queues marked more EVs, and 7 of 24 permutation runs of the
-    # fidelity bench (generated EVs, source-routed) ended up trimming, their lowest flow at
-    # 56-83 % against 87-88 % (0 of 12 with ECN left to NSCC; docs/fidelity.md, "ECN and the
-    # EV weights"). A trim -- a full queue -- still cuts the weight.
-    ev_weight_on_ecn: bool = False
+    ecn_weight_factor: float = 0.5  # a trimmed (and, below, ECN-marked) EV's weight x this
+    # Does an ECN echo lower its EV's weight too, not only a trim? None: yes, unless the EVs
+    # are generated. Moving weight off a marked EV corrects an uneven spread, which hashed EVs
+    # have (they collide, and a collided path marks more). Generated EVs on a source-routed
+    # fabric spread evenly by construction, every path of a loaded fabric marks now and then,
+    # and cutting whichever EV a mark came back on broke the round-robin's even spacing over
+    # the uplinks: the gaps queued, the queues marked more EVs, and 7 of 24 permutation runs
+    # of the fidelity bench ended up trimming, their lowest flow at 56-83 % against 87-88 %
+    # (0 of 18 with ECN left to NSCC; docs/fidelity.md, "ECN and the EV weights"). With
+    # 16 hashed EVs the same change cost the lowest flow 15-20 points. A trim always cuts.
+    ev_weight_on_ecn: bool | None = None
     weight_min: float = 0.125
     weight_recover: float = 0.05  # added to an EV's weight per clean ACK
     tail_copies: int = 3  # copies (distinct EVs) of an RTO / tail-loss-probe resend (mrc)
@@ -327,6 +329,13 @@ class TransportConfig:
         """IP TOS byte of control packets (Not-ECT: they use the priority queue, which never
         marks)."""
         return tos(self.control_dscp)
+
+    @property
+    def ecn_lowers_weight(self) -> bool:
+        """`ev_weight_on_ecn` resolved: unset, ECN lowers an EV's weight unless EVs are generated."""
+        if self.ev_weight_on_ecn is not None:
+            return self.ev_weight_on_ecn
+        return self.ev_profile != "generated"
 
     def ev_values(self) -> list[int]:
         """The EVs (UDP source ports) of a connection, EV i on plane i % planes. Generated EVs

@@ -4,8 +4,8 @@ An EV is a UDP source port; the fabric's ECMP hash (or a source route) turns it 
 The sender never learns the path itself, only what happens to packets sent on the EV:
 
 * A trim means *congestion*: the EV's weight drops (state CONGESTED) and recovers with clean
-  ACKs; it is never retired for it. An ECN mark is the congestion control's signal, and lowers
-  the weight too only with `ev_weight_on_ecn` (endpoint.config: why not by default).
+  ACKs; it is never retired for it. So does an ECN mark, except on generated EVs, which
+  spread evenly by construction (`TransportConfig.ev_weight_on_ecn`: why).
 * A loss (or data RTO) means *failure*: the EV is retired at once (FAILED), receives no data,
   and is probed on a timer with exponential back-off; an answered probe re-admits it. What
   retiring, backing off and re-admitting do to an EV is `endpoint.ev_policy` (three functions,
@@ -80,6 +80,7 @@ class EVSet:
         # Load balancing (module docstring). The random choices are seeded by the connection's
         # EVs, so a run repeats them.
         self.lb = cfg.lb
+        self._ecn_weight = cfg.ecn_lowers_weight  # per ECN echo: resolved once
         self._rng = random.Random(f"lb:{self.paths[0].ev}:{len(self.paths)}")
         self.reps_buffer: deque[EVPath] = deque(maxlen=cfg.reps_buffer)  # recycled, oldest first
         self.reps_frozen_until = float("-inf")
@@ -218,13 +219,14 @@ class EVSet:
 
     def on_congestion(self, ev: int, now: float, reason: str = "ecn") -> None:
         """An ECN echo or a trim NACK on `ev` (`reason`): its weight drops -- on an ECN echo
-        only with `ev_weight_on_ecn` (TransportConfig: why not by default). REPS hears both."""
+        only where `ecn_lowers_weight` (TransportConfig: not for generated EVs, and why).
+        REPS hears both."""
         p = self.by_ev.get(ev)
         if p is None or p.state is EVState.FAILED or p.state is EVState.DENIED:
             return
         if self.lb == "reps":
             self._reps_feedback(p, now, good=False)
-        if reason == "ecn" and not self.cfg.ev_weight_on_ecn:
+        if reason == "ecn" and not self._ecn_weight:
             return
         p.weight = max(self.cfg.weight_min, p.weight * self.cfg.ecn_weight_factor)
         self._set(p, EVState.CONGESTED, now, reason)

@@ -108,20 +108,34 @@ def test_wrr_sends_less_on_trimmed_evs():
     assert counts[ev[0]] < counts[ev[1]] / 4
 
 
-def test_an_ecn_echo_leaves_the_weights_to_nscc_unless_asked():
-    """By default ECN marks are the congestion control's: the EV keeps its weight and state,
-    so the round-robin's spacing over the paths stays even (TransportConfig.ev_weight_on_ecn)."""
-    evs, ev = evset("wrr", n=8)
+def test_an_ecn_echo_lowers_the_weight_of_hashed_evs_not_of_generated_ones():
+    """Generated EVs spread evenly by construction: an ECN mark there is the congestion
+    control's, and the round-robin's spacing over the paths stays even; hashed EVs collide,
+    and a marked one loses weight (TransportConfig.ev_weight_on_ecn)."""
+    hashed, ev = evset("wrr", n=8)
+    assert hashed.cfg.ev_profile == "auto"
     for _ in range(3):
-        evs.on_congestion(ev[0], 1.0, "ecn")
-    assert evs.by_ev[ev[0]].state is EVState.GOOD and evs.by_ev[ev[0]].weight == 1.0
-    assert Counter(evs.pick().ev for _ in range(800)) == dict.fromkeys(ev, 100)
-    evs, ev = evset("wrr", n=8, ev_weight_on_ecn=True)
-    for _ in range(3):
-        evs.on_congestion(ev[0], 1.0, "ecn")
-    assert evs.by_ev[ev[0]].state is EVState.CONGESTED
-    counts = Counter(evs.pick().ev for _ in range(8000))
+        hashed.on_congestion(ev[0], 1.0, "ecn")
+    assert hashed.by_ev[ev[0]].state is EVState.CONGESTED
+    counts = Counter(hashed.pick().ev for _ in range(8000))
     assert counts[ev[0]] < counts[ev[1]] / 4
+
+    generated, ev = evset("wrr", n=8, ev_profile="generated")
+    for _ in range(3):
+        generated.on_congestion(ev[0], 1.0, "ecn")
+    assert generated.by_ev[ev[0]].state is EVState.GOOD
+    assert generated.by_ev[ev[0]].weight == 1.0
+    assert Counter(generated.pick().ev for _ in range(800)) == dict.fromkeys(ev, 100)
+    generated.on_congestion(ev[0], 1.0, "trim")  # a full queue cuts whatever the EVs
+    assert generated.by_ev[ev[0]].state is EVState.CONGESTED
+
+    # Either way on request.
+    forced, ev = evset("wrr", n=8, ev_profile="generated", ev_weight_on_ecn=True)
+    forced.on_congestion(ev[0], 1.0, "ecn")
+    assert forced.by_ev[ev[0]].state is EVState.CONGESTED
+    deaf, ev = evset("wrr", n=8, ev_weight_on_ecn=False)
+    deaf.on_congestion(ev[0], 1.0, "ecn")
+    assert deaf.by_ev[ev[0]].state is EVState.GOOD
 
 
 def test_a_scenario_asks_for_ecn_to_lower_the_weights():

@@ -326,8 +326,7 @@ def test_explicit_evs_are_the_given_ports_and_carry_a_transfer() -> None:
 def test_every_ev_transition_says_why() -> None:
     """The EV event stream (issue 19): each change carries what caused it."""
     seen: list = []
-    cfg = TransportConfig(num_evs=4, ev_weight_on_ecn=True)  # so that ECN is a reason too
-    evs = EVSet(cfg, on_change=lambda *a: seen.append(a))
+    evs = EVSet(TransportConfig(num_evs=4), on_change=lambda *a: seen.append(a))
     ev = evs.paths[0].ev
     evs.on_congestion(ev, 1.0, "trim")
     evs.retire(ev, 2.0, 0, "sweep")
