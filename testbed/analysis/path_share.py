@@ -72,7 +72,7 @@ def median_deviation_pct(shares: Mapping[str, Mapping[str, Mapping[str, float]]]
     path's departure from an equal share, in percent; None without data.
 
     Why beside the worst: MRC's default load balancer (`wrr`) moves weight off an EV whose
-    packets are trimmed or ECN-marked, by design. On a fabric run at full load a burst that
+    packets are trimmed (on hashed EVs, ECN-marked too), by design. At full load a burst that
     collides on one uplink moves that leaf's (and its peer leaf's) shares off equal for the
     rest of a short run (a 1 MB quick-bench run once read 19 % on leaf1 after 35 trims on its
     uplink to spine1, every other leaf within 2 %). The worst leaf then says how the balancer
