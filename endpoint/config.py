@@ -162,7 +162,7 @@ class TransportConfig:
     # and cutting whichever EV a mark came back on broke the round-robin's even spacing over
     # the uplinks: the gaps queued, the queues marked more EVs, and 7 of 24 permutation runs
     # of the fidelity bench ended up trimming, their lowest flow at 56-83 % against 87-88 %
-    # (0 of 18 with ECN left to NSCC; docs/fidelity.md, "ECN and the EV weights"). With
+    # (0 of 21 with ECN left to NSCC; docs/fidelity.md, "ECN and the EV weights"). With
     # 16 hashed EVs the same change cost the lowest flow 15-20 points. A trim always cuts.
     ev_weight_on_ecn: bool | None = None
     weight_min: float = 0.125
