@@ -161,7 +161,7 @@ class TransportConfig:
     # fabric spread evenly by construction, every path of a loaded fabric marks now and then,
     # and cutting whichever EV a mark came back on broke the round-robin's even spacing over
     # the uplinks: the gaps queued, the queues marked more EVs, and 7 of 24 permutation runs
-    # of the fidelity bench ended up trimming, their lowest flow at 56-83 % against 87-88 %
+    # of the fidelity bench ended up trimming, their lowest flow at 56-83 % against 87-90 %
     # (0 of 21 with ECN left to NSCC; docs/fidelity.md, "ECN and the EV weights"). With
     # 16 hashed EVs the same change cost the lowest flow 15-20 points. A trim always cuts.
     ev_weight_on_ecn: bool | None = None

@@ -491,8 +491,8 @@ class TransportSpec(StrictModel):
     )
     # How packets spread over the EVs (endpoint.config.LB_POLICIES): wrr, oblivious, reps.
     lb: Literal["wrr", "oblivious", "reps"] | None = None
-    # Does an ECN echo lower its EV's weight, not only a trim (endpoint.config: why not by
-    # default)? It matters where packets spread over several EVs.
+    # Does an ECN echo lower its EV's weight, not only a trim? Unset: yes, unless the EVs are
+    # generated (endpoint.config.TransportConfig.ev_weight_on_ecn says why).
     ev_weight_on_ecn: bool | None = None
     # roce: the RC local ACK timeout exponent (4.096 µs x 2^t) and retry count.
     rc_timeout: int | None = Field(default=None, ge=0, le=31)
