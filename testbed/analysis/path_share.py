@@ -13,6 +13,7 @@ Pure: the counters are `testbed counters`' (raw/<transport>/switch_counters.json
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping
 from typing import Any
 
@@ -54,20 +55,28 @@ def path_shares(fab: Fabric, counters: Mapping[str, Any]) -> dict[str, dict[str,
     return {"uplinks": up, "downlinks": down}
 
 
-def max_deviation_pct(shares: Mapping[str, Mapping[str, Mapping[str, float]]]) -> float | None:
+Shares = Mapping[str, Mapping[str, Mapping[str, float]]]
+
+
+def _leaf_deviations_pct(shares: Shares) -> list[float]:
+    """Per leaf and direction, its worst path's departure from an equal share of the leaf's
+    bytes, in percent of that equal share (0: even; 5: a path carried 1.05x or 0.95x it)."""
+    return [
+        max(abs(share * len(per_spine) - 1.0) * 100.0 for share in per_spine.values())
+        for direction in shares.values()
+        for per_spine in direction.values()
+        if per_spine
+    ]
+
+
+def max_deviation_pct(shares: Shares) -> float | None:
     """The largest departure of any path's share from an equal share, in percent of that equal
     share (0: perfectly even; +5: a path carried 1.05x its equal share); None without data."""
-    worst = None
-    for direction in shares.values():
-        for per_spine in direction.values():
-            equal = 1.0 / len(per_spine)
-            for share in per_spine.values():
-                dev = abs(share / equal - 1.0) * 100.0
-                worst = dev if worst is None else max(worst, dev)
-    return None if worst is None else round(worst, 1)
+    devs = _leaf_deviations_pct(shares)
+    return round(max(devs), 1) if devs else None
 
 
-def median_deviation_pct(shares: Mapping[str, Mapping[str, Mapping[str, float]]]) -> float | None:
+def median_deviation_pct(shares: Shares) -> float | None:
     """The median over the leaves (each direction of each leaf one entry) of that leaf's worst
     path's departure from an equal share, in percent; None without data.
 
@@ -78,17 +87,8 @@ def median_deviation_pct(shares: Mapping[str, Mapping[str, Mapping[str, float]]]
     uplink to spine1, every other leaf within 2 %). The worst leaf then says how the balancer
     reacted; the median says whether the EV set covers the paths evenly, which is what a
     hashed EV set cannot do on any leaf."""
-    per_leaf = sorted(
-        max(abs(share * len(per_spine) - 1.0) * 100.0 for share in per_spine.values())
-        for direction in shares.values()
-        for per_spine in direction.values()
-        if per_spine
-    )
-    if not per_leaf:
-        return None
-    n = len(per_leaf)
-    mid = per_leaf[n // 2] if n % 2 else (per_leaf[n // 2 - 1] + per_leaf[n // 2]) / 2.0
-    return round(mid, 1)
+    devs = _leaf_deviations_pct(shares)
+    return round(statistics.median(devs), 1) if devs else None
 
 
 def summary_entry(fab: Fabric, counters: Mapping[str, Any]) -> dict[str, Any]:
