@@ -60,7 +60,8 @@ INCAST_BYTES = 1_000_000
 INCAST_DURATION_S = 0.02  # virtual: ideal 6.4 ms, room for a timeout or two
 EMULATION = {"time_dilation": "auto", "max_reruns": 0}
 """A bench reports each run's verdict rather than hunting for a valid N: under `auto` the runner
-would rerun an invalid run at 4 x N, i.e. 4 x the wall time (pass --time-dilation N instead)."""
+would rerun an invalid run at RERUN_FACTOR x N (testbed.experiment.dilation: 2 x N), i.e. twice
+the wall time (pass --time-dilation N instead)."""
 INCAST_DST = "h1"
 
 # What the rows are called, and which of htsim's rows each is compared with
