@@ -29,10 +29,10 @@ import select
 import signal
 import socket
 import time
-from collections import deque
 
 from contracts.clock import virtual_clock
 from contracts.framing import max_frame_bytes
+from contracts.stats import LateHistogram
 from endpoint import udp_io
 from endpoint.control_server import ControlConnection, ControlServer
 from endpoint.ev import Replacement
@@ -164,8 +164,10 @@ class EndpointProcess:
         self.rx_datagrams = 0
         self.tx_datagrams = 0
         self.loops = 0
-        self.timer_late: deque = deque(maxlen=4096)  # seconds late, recent timer firings
-        self.timer_late_max = 0.0  # ... and the largest of all (one stall can make a P100)
+        # Virtual µs by which each wake-up found the transport's earliest timer overdue, every
+        # one of the run (contracts.stats: nearest-rank P99 and the maximum, which one stall
+        # can make a P100).
+        self.timer_late = LateHistogram()
         self._placed: dict[int, int] = {}  # qp -> bytes_placed already binned
         self._ev_tx: dict[tuple[str, int], int] = {}  # (dst addr, EV) -> bytes sent this bin
         self._ev_seen: dict[int, int] = {}  # qp -> ev transitions already written
@@ -259,6 +261,10 @@ class EndpointProcess:
                 # read moved earlier fires one turn later, which is harmless, and the
                 # transport's timer scan runs once per turn instead of twice.
                 if t_next is not None and t_next <= now:
+                    # The wake-up's lateness against the earliest timer that was due, taken
+                    # before the datagrams are read: ACKs that move the timer do not make a
+                    # late wake-up on time (sampling after them hid the overloaded case).
+                    self.timer_late.add((now - t_next) * 1e6)
                     # Read what already arrived before any timer fires: after the process was
                     # descheduled for a while (2 shared cores), the ACKs of the packets whose
                     # RTO is "due" are usually sitting in the socket, and firing first would
@@ -267,9 +273,6 @@ class EndpointProcess:
                     if got:
                         t_next = ep.next_timer()
                     if t_next is not None and t_next <= now:
-                        self.timer_late.append(now - t_next)
-                        if now - t_next > self.timer_late_max:
-                            self.timer_late_max = now - t_next
                         ep.on_timer(now)
                 self._app(now)
                 wake = self._transmit(now)
@@ -825,8 +828,6 @@ class EndpointProcess:
     def process_stats(self, now: float) -> dict:
         t = os.times()
         cpu = (t.user - self.cpu0.user) + (t.system - self.cpu0.system)
-        late = sorted(self.timer_late)
-        p99 = late[min(len(late) - 1, int(0.99 * len(late)))] * 1e6 if late else 0.0
         return {
             "uptime_s": now - self.started,
             "cpu_s": cpu,
@@ -841,9 +842,11 @@ class EndpointProcess:
             "tx_errors": self.tx.errors,
             "tx_sockets": self.tx.fileno_count(),
             "loops": self.loops,
-            "timer_late_us_p99": p99,  # virtual microseconds
-            "timer_late_samples": len(late),
-            "timer_late_us_max": self.timer_late_max * 1e6,
+            # Virtual microseconds (None before any timer came due: nothing to judge).
+            "timer_late_us_p99": self.timer_late.percentile(99),
+            "timer_late_samples": self.timer_late.n,
+            "timer_late_us_max": self.timer_late.max_us,
+            "timer_late_hist": self.timer_late.to_json(),
             # NIC time lost while frames waited for it (endpoint.pacer): the process did not
             # keep up with its own NIC.
             "nic_lost_bytes": round(self.pacer.lost_bytes) if self.pacer else 0,

@@ -16,6 +16,7 @@ from zlib import crc32
 
 from contracts.clock import check_dilation
 from contracts.defaults import ROCE_PORT, prio_limit_bytes
+from contracts.stats import LateHistogram
 from switch import fastpath, frames
 from switch.config import SwitchConfig
 from switch.egress_timers import ActivePorts
@@ -107,10 +108,10 @@ class Switch:
         # of a saturated switch's load it carried, for the bench to report.
         self.vector_frames = 0
         self.vector_bursts = 0
-        self.late_us: list[float] = []  # recent timer lateness samples (emulation health)
-        # The largest ever: one stall (a control request served in the loop, a descheduled
-        # process) is one sample among thousands, invisible in the P99, yet it can make a P100.
-        self.late_max_us = 0.0
+        # Every lateness sample of the run (virtual µs by which the loop served a due egress
+        # event late: switch/loop.py), for the validity verdict; its maximum is kept too: one
+        # stall is invisible in the P99, yet it can make a P100.
+        self.late = LateHistogram()
         self.debug_log = None
         self._route_cache: dict[int, object] = {}
         # The inline ring path's decisions per flow (switch/fastpath.py): a flow's next hop,
@@ -351,7 +352,6 @@ class Switch:
                     "ring_skips": io.ring_skips,
                     "tx_errors": getattr(io, "tx_errors", 0),
                 }
-        late = sorted(self.late_us)
         user_s, sys_s = os.times()[:2]
         return {
             "switch": self.name,
@@ -380,10 +380,13 @@ class Switch:
             "loop_wakeups": self.loop_wakeups,
             "vector_frames": self.vector_frames,
             "vector_bursts": self.vector_bursts,
-            # Virtual microseconds by which the loop served a due egress event late.
-            "timer_late_us_p99": late[int(0.99 * (len(late) - 1))] if late else 0.0,
-            "timer_late_samples": len(late),
-            "timer_late_us_max": self.late_max_us,
+            # Virtual microseconds by which the loop served a due egress event late, over the
+            # switch's whole life (contracts.stats: nearest rank, None before any sample); the
+            # histogram itself, so that a reader can take one interval's samples (the run's).
+            "timer_late_us_p99": self.late.percentile(99),
+            "timer_late_samples": self.late.n,
+            "timer_late_us_max": self.late.max_us,
+            "timer_late_hist": self.late.to_json(),
             "time_dilation": self.dilation,
             "early_us": self.early_s * 1e6,
             "arrival_slack_us": self.slack_s * 1e6,

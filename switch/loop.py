@@ -16,8 +16,12 @@ without waiting, which rings that work has filled; it sleeps only when none has.
 
 The loop's clock is virtual (contracts.clock): monotonic / N at time dilation N. It sleeps N
 times the virtual interval to the next event, and records how late (in virtual time) it served
-a due egress event, both after a timed sleep and when work kept it busy past the deadline:
-that lateness is what the run's validity verdict judges.
+each due egress event: at every pass over the egress timers whose earliest departure had come
+due, whether the loop woke from a timed sleep, woke for frames that were waiting, or never
+slept because work kept it busy past the deadline. That lateness (every sample of the run, in
+the switch's `LateHistogram`) is what the run's validity verdict judges. Sampling only the
+wake-ups that found nothing to read, as the loop once did, skipped the overloaded case: a
+loop woken late finds frames waiting.
 """
 
 from __future__ import annotations
@@ -32,17 +36,23 @@ from switch.egress_timers import ActivePorts
 from switch.port import Port
 
 BURST = 64  # frames from one ring before the next ring's turn: no port starves another
-LATE_SAMPLES = 4096
 SCAN_MAX = 8  # rings a due timer looks into directly; more, and it asks epoll which are ready
 
 
 def _record_late(switches: list[Switch], late_us: float) -> None:
     for sw in switches:
-        if len(sw.late_us) >= LATE_SAMPLES:
-            del sw.late_us[: LATE_SAMPLES // 2]
-        sw.late_us.append(late_us)
-        if late_us > sw.late_max_us:
-            sw.late_max_us = late_us
+        sw.late.add(late_us)
+
+
+def serve_due(
+    switches: list[Switch], service, now: float, deadline: float | None
+) -> float | None:
+    """Serve the egress timers at `now` and return the next deadline; if the previous
+    `deadline` had come due, record by how much it was late (virtual µs), however the loop
+    got here."""
+    if deadline is not None and now >= deadline:
+        _record_late(switches, (now - deadline) * 1e6)
+    return service(now)
 
 
 def run(
@@ -103,12 +113,8 @@ def run(
                 readable = [fd for fd, _ in ready(0)]
             else:
                 readable = []
-                if deadline is not None:
-                    _record_late(switches, (monotonic() - deadline) * 1e6)
         else:
             readable = everything if scan else [fd for fd, _ in ready(0)]
-            if deadline is not None:  # work kept the loop busy past it
-                _record_late(switches, (now - deadline) * 1e6)
         for sw in switches:
             sw.loop_wakeups += 1
         while True:
@@ -131,12 +137,14 @@ def run(
                     ctl = controls.get(fd)
                     if ctl is not None:
                         ctl[0].serve(ctl[1])
+            # Lateness is taken here, after the frames that woke the loop were forwarded: a
+            # departure due meanwhile waited for them too.
             now = monotonic()
             before = delivered[0]
-            deadline = service(now)
+            deadline = serve_due(switches, service, now, deadline)
             while delivered[0] != before:
                 before = delivered[0]
-                deadline = service(now)
+                deadline = serve_due(switches, service, now, deadline)
             for io in rings:
                 if io.tx_pending:
                     io.flush()  # one syscall hands the port's whole burst to the kernel

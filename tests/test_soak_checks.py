@@ -211,8 +211,10 @@ def test_every_planned_event_and_every_death_must_be_in_the_log():
 
 def test_validity_is_reported_per_stretch():
     limits = Thresholds(switch_late_us=100.0, endpoint_late_us=100.0)
-    good = Timing(cpu_util=0.5)
-    busy = Timing(cpu_util=0.99, endpoint_late_us_p99=500)
+    measured = {"switch_late_us_p99": 1.0, "endpoint_late_us_p99": 1.0, "kernel_drops": 0,
+                "endpoint_nic_lost": 0.0}  # fmt: skip
+    good = Timing(cpu_util=0.5, **measured)
+    busy = Timing(**{**measured, "cpu_util": 0.99, "endpoint_late_us_p99": 500})
     ws = [Window(0, 30, good), Window(30, 60, busy), Window(60, 90, busy), Window(90, 120, good)]
     r = stretches(ws, limits)
     assert not r["valid"] and r["invalid_s"] == 60
@@ -220,6 +222,14 @@ def test_validity_is_reported_per_stretch():
         (0, 30, True), (30, 90, False), (90, 120, True)]  # fmt: skip
     assert len(r["stretches"][1]["reasons"]) == 2  # each kind once, not once per window
     assert stretches([Window(0, 30, good)], limits)["valid"]
+    # Fail closed: a window whose figures were not read, or no window at all, is not valid.
+    unread = stretches([Window(0, 30, Timing(cpu_util=0.5))], limits)
+    assert not unread["valid"]
+    assert "not measured: switch lateness" in unread["stretches"][0]["reasons"]
+    assert not stretches([], limits)["valid"]
+
+
+MEASURED = Timing(cpu_util=0.5, endpoint_late_us_p99=1.0, kernel_drops=0, endpoint_nic_lost=0.0)
 
 
 def test_the_report_shows_each_check():
@@ -231,7 +241,7 @@ def test_the_report_shows_each_check():
         "drain": {"complete": True, "real_s": 0.5, "unacked_messages": 0},
         "failures": failures_logged([], 0, []),
         "rss": rss_check(_rss(0, minutes=1), 60, window_s=10),
-        "emulation": stretches([Window(0, 60, Timing())], Thresholds(None, 100.0)),
+        "emulation": stretches([Window(0, 60, MEASURED)], Thresholds(None, 100.0)),
     }  # fmt: skip
     md = soak_markdown(s, [])
     assert "**FAILED**: 2 bytes lost" in md

@@ -136,18 +136,44 @@ def test_a_port_given_earlier_work_is_served_before_its_scheduled_departure():
     assert not active and not active.heap
 
 
-def test_the_loop_keeps_the_largest_lateness_beyond_its_window_of_samples():
+def test_the_loop_keeps_the_largest_lateness_among_thousands_of_samples():
     """One stall among thousands of on-time wake-ups: the P99 hides it, the maximum keeps it
     (switch.loop._record_late; the counters report `timer_late_us_max`)."""
-    from switch.loop import LATE_SAMPLES, _record_late
+    from contracts.stats import LateHistogram
+    from switch.loop import _record_late
 
     class Sw:
-        late_us: list
-        late_max_us = 0.0
+        late = LateHistogram()
 
     sw = Sw()
-    sw.late_us = []
     _record_late([sw], 250.0)
-    for _ in range(2 * LATE_SAMPLES):
+    for _ in range(8192):
         _record_late([sw], 0.01)
-    assert max(sw.late_us) == 0.01 and sw.late_max_us == 250.0
+    assert sw.late.n == 8193 and sw.late.max_us == 250.0
+    assert sw.late.percentile(99) == pytest.approx(0.01, rel=0.023)
+
+
+def test_lateness_is_sampled_when_a_due_deadline_is_served_whatever_woke_the_loop():
+    """The overloaded case: the loop wakes late and finds frames waiting. The sample is taken
+    at the pass over the timers (switch.loop.serve_due), not only after an empty timed wait;
+    a deadline not yet due is not a sample."""
+    from contracts.stats import LateHistogram
+    from switch.loop import serve_due
+
+    class Sw:
+        late = LateHistogram()
+
+    sw = Sw()
+    served = []
+
+    def service(now):
+        served.append(now)
+        return now + 1e-3
+
+    assert serve_due([sw], service, now=10.0, deadline=None) == pytest.approx(10.001)
+    assert sw.late.n == 0  # nothing was due
+    serve_due([sw], service, now=10.0005, deadline=10.001)
+    assert sw.late.n == 0  # early: not late
+    serve_due([sw], service, now=10.003, deadline=10.001)
+    assert sw.late.n == 1 and sw.late.max_us == pytest.approx(2000.0)
+    assert served == [10.0, 10.0005, 10.003]

@@ -151,9 +151,9 @@ def test_limits_derive_from_the_fabric():
 
 def test_a_run_within_every_limit_is_valid_and_each_breach_is_a_reason():
     lim = Thresholds.for_fabric(DC)
-    ok = Timing(1000, 10, 0.01, 0.5, 0.1, 0.2, 0)
+    ok = Timing(1000, 10, 0.01, 0.5, 0.1, 0.2, 0, endpoint_nic_lost=0.0)
     assert judge(ok, lim).valid and judge(ok, lim).reasons == []
-    bad = Timing(1, 10, 10, 0.99, 172_000, 2_000, 5)
+    bad = Timing(1, 10, 10, 0.99, 172_000, 2_000, 5, endpoint_nic_lost=0.0)
     verdict = judge(bad, lim)
     assert not verdict.valid
     assert [r.split()[0] for r in verdict.reasons] == ["switch", "endpoint", "5", "CPU"]
@@ -176,7 +176,9 @@ def test_an_endpoint_that_fell_behind_its_nic_makes_the_run_invalid():
 
 def test_the_largest_lateness_is_reported_beside_the_p99_and_not_judged():
     lim = Thresholds.for_fabric(DC)
-    t = Timing(500, 5, 0.01, 0.6, 0.1, 0.2, 0, switch_late_us_max=40.0, endpoint_late_us_max=9.5)
+    t = Timing(
+        500, 5, 0.01, 0.6, 0.1, 0.2, 0, 0.0, switch_late_us_max=40.0, endpoint_late_us_max=9.5
+    )
     verdict = judge(t, lim)
     assert verdict.valid
     block = verdict.summary(t, lim)
@@ -186,7 +188,7 @@ def test_the_largest_lateness_is_reported_beside_the_p99_and_not_judged():
 def test_the_issue_18_case_is_invalid_by_these_rules():
     """4x4x4 at 10 Mbps in real time: 172 ms switch lateness, CPU 99.6 % (issue 18)."""
     lim = Thresholds.for_fabric(TopologyParams(spines=4, leaves=4, hosts_per_leaf=4, link_mbps=10))
-    verdict = judge(Timing(1, 5, 5, 0.996, 172_000, 20_000, 0), lim)
+    verdict = judge(Timing(1, 5, 5, 0.996, 172_000, 20_000, 0, 0.0), lim)
     assert not verdict.valid and "switch lateness" in verdict.reasons[0]
 
 

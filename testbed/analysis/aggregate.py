@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from testbed.analysis.metrics import check_expectations
+from testbed.analysis.validity import is_valid
 from testbed.scenario import Expect
 
 CONFIDENCE = 0.95
@@ -112,7 +113,7 @@ def describe(values: Sequence[float | None]) -> dict[str, Any]:
 
 
 def _entry_valid(entry: Mapping[str, Any]) -> bool:
-    return bool(entry.get("emulation", {}).get("valid", True))
+    return is_valid(entry.get("emulation"))
 
 
 def transport_stats(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

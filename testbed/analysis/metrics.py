@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from contracts.stats import percentile
 from testbed.harness.records import FlowRecord, Message, TransportRun
 from testbed.scenario import Event, Expect, Scenario, capacity_mbps, total_bytes
 from topologies.timing import time_scale
@@ -377,15 +378,13 @@ def _warm(
 
 
 def percentiles(values: Iterable[float]) -> dict[str, float | None]:
-    """Nearest-rank P50/P99/P100; infinite values (unfinished steps) come out as None."""
+    """Nearest-rank P50/P99/P100 (contracts.stats, the project's one rule); infinite values
+    (unfinished steps) come out as None."""
     data = sorted(values)
     out: dict[str, float | None] = {}
     for name, p in (("p50", 50), ("p99", 99), ("p100", 100)):
-        if not data:
-            out[name] = None
-            continue
-        v = data[max(0, math.ceil(p / 100 * len(data)) - 1)]
-        out[name] = None if math.isinf(v) else v
+        v = percentile(data, p, presorted=True)
+        out[name] = None if v is None or math.isinf(v) else v
     return out
 
 

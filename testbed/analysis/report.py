@@ -150,6 +150,11 @@ def _event_text(e: Mapping[str, Any]) -> str:
     return " ".join(parts)
 
 
+def _measured(x: float | None, spec: str) -> str:
+    """A verdict input as the report shows it: an input not measured says so."""
+    return "not measured" if x is None else format(x, spec)
+
+
 def _limit(emu: Mapping[str, Any], key: str) -> str:
     value = emu.get("limits", {}).get(key)
     return "—" if value is None else f"{value:.3g}"
@@ -191,6 +196,12 @@ def render_report(
             f"> Valid run: the emulator kept up at time dilation {emu.get('time_dilation', 1):g}"
             f" ({emu.get('real_s', 0):g} s of wall time for {emu.get('virtual_s', 0):g} s "
             "of virtual time); every time below is virtual.",
+            "",
+        ]
+    else:
+        out += [
+            "> **NO VERDICT**: this summary carries no validity verdict, so its numbers count "
+            "as an invalid run's (docs/fidelity.md).",
             "",
         ]
     topo = summary.get("topology", {})
@@ -265,9 +276,9 @@ def render_report(
             t,
             "valid" if e["emulation"].get("valid") else "**INVALID**",
             f"{e['emulation'].get('time_dilation', 1):g}",
-            f"{e['emulation'].get('switch_late_us_p99', 0):.3g} / "
+            f"{_measured(e['emulation'].get('switch_late_us_p99'), '.3g')} / "
             f"{_limit(e['emulation'], 'switch_late_us')}",
-            f"{e['emulation'].get('endpoint_late_us_p99', 0):.3g} / "
+            f"{_measured(e['emulation'].get('endpoint_late_us_p99'), '.3g')} / "
             f"{_limit(e['emulation'], 'endpoint_late_us')}",
             f"{e['emulation'].get('real_s', 0):g}",
         ]
@@ -295,7 +306,7 @@ def render_report(
             [
                 [
                     f"{emu.get('cpu_util', 0):.0%}",
-                    f"{emu.get('timer_jitter_us_p99', 0):.0f}",
+                    f"{_measured(emu.get('timer_jitter_us_p99'), '.0f')}",
                     f"**{drops}**" if drops else "0",
                 ]
             ],

@@ -210,7 +210,7 @@ def stretches(windows: Sequence[Window], limits: Thresholds) -> dict[str, Any]:
                     "reasons": list(v.reasons)})  # fmt: skip
     invalid = [s for s in out if not s["valid"]]
     return {
-        "valid": not invalid,
+        "valid": bool(windows) and not invalid,  # no window judged: no verdict, invalid
         "windows": len(windows),
         "invalid_s": round(sum(s["end_s"] - s["start_s"] for s in invalid), 1),
         "stretches": [

@@ -25,6 +25,7 @@ Pure: the runner hands in what it measured; tests and `testbed calibrate` use th
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,21 +66,27 @@ class Thresholds:
 
 @dataclass(frozen=True)
 class Timing:
-    """What one run measured of the emulator itself."""
+    """What one run measured of the emulator itself.
+
+    Every judged input defaults to None, "not measured", and a judged input that is None makes
+    the run invalid (fail closed): a collector that could not read a switch's lateness or a
+    host's drop counters must say so, never report zero. `missing` names inputs that were read
+    only in part (one host of eight unreadable), each one reason of the verdict."""
 
     time_dilation: float = 1.0
     real_s: float = 0.0  # wall time of the workload
     virtual_s: float = 0.0  # the same span in virtual time
-    cpu_util: float = 0.0  # mean busy fraction of all cores (0..1)
-    switch_late_us_p99: float = 0.0  # worst switch, virtual µs
-    endpoint_late_us_p99: float = 0.0  # worst endpoint process, virtual µs
-    kernel_drops: int = 0
+    cpu_util: float | None = None  # mean busy fraction of all cores (0..1)
+    switch_late_us_p99: float | None = None  # worst switch, virtual µs
+    endpoint_late_us_p99: float | None = None  # worst endpoint process, virtual µs
+    kernel_drops: int | None = None
     # Worst endpoint process: share of its NICs' time lost while frames waited (0..1).
-    endpoint_nic_lost: float = 0.0
+    endpoint_nic_lost: float | None = None
     # The largest single lateness (virtual µs), reported beside the P99s and not judged: one
     # stall is one sample among thousands, yet it can make a step's P100.
-    switch_late_us_max: float = 0.0
-    endpoint_late_us_max: float = 0.0
+    switch_late_us_max: float | None = None
+    endpoint_late_us_max: float | None = None
+    missing: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -88,24 +95,23 @@ class Verdict:
     reasons: list[str] = field(default_factory=list)
 
     def summary(self, timing: Timing, limits: Thresholds) -> dict[str, Any]:
-        """The `emulation` block of summary.json (docs/scenario-format.md)."""
+        """The `emulation` block of summary.json (docs/scenario-format.md); an input that was
+        not measured is null."""
         return {
             "valid": self.valid,
             "invalid_reasons": list(self.reasons),
             "time_dilation": timing.time_dilation,
             "real_s": round(timing.real_s, 3),
             "virtual_s": round(timing.virtual_s, 6),
-            "cpu_util": round(timing.cpu_util, 3),
-            "switch_late_us_p99": round(timing.switch_late_us_p99, 3),
-            "endpoint_late_us_p99": round(timing.endpoint_late_us_p99, 3),
-            "endpoint_nic_lost": round(timing.endpoint_nic_lost, 4),
-            "switch_late_us_max": round(timing.switch_late_us_max, 3),
-            "endpoint_late_us_max": round(timing.endpoint_late_us_max, 3),
-            "kernel_drops": int(timing.kernel_drops),
+            "cpu_util": _round(timing.cpu_util, 3),
+            "switch_late_us_p99": _round(timing.switch_late_us_p99, 3),
+            "endpoint_late_us_p99": _round(timing.endpoint_late_us_p99, 3),
+            "endpoint_nic_lost": _round(timing.endpoint_nic_lost, 4),
+            "switch_late_us_max": _round(timing.switch_late_us_max, 3),
+            "endpoint_late_us_max": _round(timing.endpoint_late_us_max, 3),
+            "kernel_drops": None if timing.kernel_drops is None else int(timing.kernel_drops),
             "limits": {
-                "switch_late_us": None
-                if limits.switch_late_us is None
-                else round(limits.switch_late_us, 3),
+                "switch_late_us": _round(limits.switch_late_us, 3),
                 "endpoint_late_us": round(limits.endpoint_late_us, 3),
                 "endpoint_nic_lost": limits.max_endpoint_nic_lost,
                 "kernel_drops": limits.max_kernel_drops,
@@ -114,29 +120,59 @@ class Verdict:
         }
 
 
+def _round(x: float | None, digits: int) -> float | None:
+    return None if x is None else round(x, digits)
+
+
 def judge(timing: Timing, limits: Thresholds) -> Verdict:
-    """Valid iff every measured error is within its limit; each breach is one reason."""
-    reasons = []
-    if limits.switch_late_us is not None and timing.switch_late_us_p99 > limits.switch_late_us:
-        reasons.append(
-            f"switch lateness P99 {timing.switch_late_us_p99:.3g} µs > {limits.switch_late_us:.3g}"
-            f" µs ({SWITCH_LATE_FRACTION:g} of a frame's serialisation)"
-        )
-    if timing.endpoint_late_us_p99 > limits.endpoint_late_us:
-        reasons.append(
-            f"endpoint timer lateness P99 {timing.endpoint_late_us_p99:.3g} µs > "
-            f"{limits.endpoint_late_us:.3g} µs ({ENDPOINT_LATE_FRACTION:g} of the base RTT)"
-        )
-    if timing.endpoint_nic_lost > limits.max_endpoint_nic_lost:
-        reasons.append(
-            f"endpoint NIC idle while frames waited: {timing.endpoint_nic_lost:.1%} of its time "
-            f"> {limits.max_endpoint_nic_lost:.0%} (the endpoint process fell behind its NIC)"
-        )
-    if timing.kernel_drops > limits.max_kernel_drops:
-        reasons.append(f"{timing.kernel_drops} packets dropped by the kernel (rings or sockets)")
-    if timing.cpu_util > limits.max_cpu_util:
-        reasons.append(f"CPU saturated ({timing.cpu_util:.0%} of all cores)")
+    """Valid iff every judged input was measured and is within its limit; each breach and each
+    input not measured is one reason. A value equal to its limit passes."""
+    reasons = [f"not measured: {what}" for what in timing.missing]
+
+    def unmeasured(value: object, what: str) -> bool:
+        if value is None:
+            reasons.append(f"not measured: {what}")
+            return True
+        return False
+
+    if limits.switch_late_us is not None and not unmeasured(
+        timing.switch_late_us_p99, "switch lateness"
+    ):
+        if timing.switch_late_us_p99 > limits.switch_late_us:
+            reasons.append(
+                f"switch lateness P99 {timing.switch_late_us_p99:.3g} µs > "
+                f"{limits.switch_late_us:.3g} µs ({SWITCH_LATE_FRACTION:g} of a frame's "
+                "serialisation)"
+            )
+    if not unmeasured(timing.endpoint_late_us_p99, "endpoint timer lateness"):
+        if timing.endpoint_late_us_p99 > limits.endpoint_late_us:
+            reasons.append(
+                f"endpoint timer lateness P99 {timing.endpoint_late_us_p99:.3g} µs > "
+                f"{limits.endpoint_late_us:.3g} µs ({ENDPOINT_LATE_FRACTION:g} of the base RTT)"
+            )
+    if not unmeasured(timing.endpoint_nic_lost, "endpoint NIC time lost"):
+        if timing.endpoint_nic_lost > limits.max_endpoint_nic_lost:
+            reasons.append(
+                f"endpoint NIC idle while frames waited: {timing.endpoint_nic_lost:.1%} of its "
+                f"time > {limits.max_endpoint_nic_lost:.0%} (the endpoint process fell behind "
+                "its NIC)"
+            )
+    if not unmeasured(timing.kernel_drops, "kernel drops"):
+        if timing.kernel_drops > limits.max_kernel_drops:
+            reasons.append(
+                f"{timing.kernel_drops} packets dropped by the kernel (rings or sockets)"
+            )
+    if not unmeasured(timing.cpu_util, "CPU utilisation"):
+        if timing.cpu_util > limits.max_cpu_util:
+            reasons.append(f"CPU saturated ({timing.cpu_util:.0%} of all cores)")
     return Verdict(not reasons, reasons)
+
+
+def is_valid(emulation: Mapping[str, Any] | None) -> bool:
+    """Whether a summary's (or a transport entry's) `emulation` block says valid: the one
+    reading every consumer uses (runner, aggregate, repetitions, benches, soak). A block that
+    is missing, or has no `valid` that is exactly true, is invalid: fail closed."""
+    return isinstance(emulation, Mapping) and emulation.get("valid") is True
 
 
 def banner(verdict: Verdict, time_dilation: float) -> str:

@@ -16,6 +16,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from testbed.analysis.validity import is_valid
 from testbed.bench.capacity_bench import next_dilation, smallest_valid
 from testbed.experiment.calibration import save_budget
 from testbed.experiment.dilation import demand_hops_per_s, plan
@@ -61,7 +62,7 @@ def calibrate(quick: bool = False, progress: Progress | None = None) -> Calibrat
             outcome = run_scenario(sc, ["mrc"], Path(tmp) / f"n{step}", progress=progress,
                                    time_dilation=n)  # fmt: skip
             emu = outcome.summary["transports"]["mrc"]["emulation"]
-            tried[n] = emu["valid"]
+            tried[n] = is_valid(emu)
             detail.append({"time_dilation": n, **{k: emu[k] for k in (
                 "valid", "invalid_reasons", "real_s", "switch_late_us_p99",
                 "endpoint_late_us_p99", "cpu_util", "kernel_drops")}})  # fmt: skip

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from contracts.clock import MAX_DILATION
+from testbed.analysis.validity import is_valid
 from testbed.bench.endpoint_bench import BenchError, bench_meta
 from testbed.experiment.api import load
 from testbed.experiment.calibration import load_budget
@@ -172,7 +173,7 @@ def one_run(fabric: str, n: float, out_dir: Path) -> dict[str, Any]:
     flows = entry.get("flows", [])
     rec = {
         "time_dilation": n,
-        "valid": bool(emu["valid"]),
+        "valid": is_valid(emu),
         "invalid_reasons": list(emu["invalid_reasons"]),
         "real_s": emu["real_s"],
         "virtual_s": emu["virtual_s"],

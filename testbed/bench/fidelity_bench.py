@@ -40,6 +40,7 @@ from contracts.framing import DEFAULT_MTU, FRAME_OVERHEAD, max_frame_bytes, mrc_
 from endpoint.codec import ACK_LEN
 from testbed.analysis.metrics import flow_name
 from testbed.analysis.plots import plot_path_share
+from testbed.analysis.validity import is_valid
 from testbed.bench.endpoint_bench import BenchError, bench_meta
 from testbed.experiment.api import load
 from testbed.experiment.runner import Progress, run_scenario
@@ -348,7 +349,7 @@ def run_record(entry: dict, wall_s: float, out_dir: Path) -> dict[str, Any]:
     """What the table prints of one run beside its figures: verdict, N, wall time."""
     emu = entry.get("emulation", {})
     return {
-        "valid": bool(emu.get("valid", False)),
+        "valid": is_valid(emu),
         "invalid_reasons": list(emu.get("invalid_reasons", [])),
         "time_dilation": emu.get("time_dilation"),
         "reruns": emu.get("reruns", 0),

@@ -48,6 +48,7 @@ from pathlib import Path
 
 from contracts import defaults, dscp
 from contracts.runtime import child_env
+from contracts.stats import percentile
 from switch.config import FibConfig, PortConfig, SwitchConfig
 from switch.control import request
 
@@ -716,7 +717,7 @@ def measure_shaper(bed: Bed, mbps: float, t: Timing) -> dict:
         # The VM's cores taken by the host (generator's and switch's, summed): on a shared
         # host the switch and the paced generator both lose that time, invisible inside.
         "steal_share": round((steal1 - steal0) / 1e9 / (t1 - t0), 2),
-        "timer_late_us_p99": round(late, 1),
+        "timer_late_us_p99": None if late is None else round(late, 1),
     }
 
 
@@ -728,9 +729,9 @@ def _probe_delays(
     return sent, got
 
 
-def _pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(q * len(s)))] if s else 0.0
+def _pct(values: list[float], q: float) -> float | None:
+    """Nearest-rank (contracts.stats) at fraction `q`; None if there are no values."""
+    return percentile(values, q * 100)
 
 
 def measure_queue_delay(bed: Bed, mbps: float, t: Timing) -> dict:
@@ -797,7 +798,7 @@ def measure_queue_delay(bed: Bed, mbps: float, t: Timing) -> dict:
         "backlog_bytes": round(backlog_bytes),
         "expected_ms": round(expected, 3),
         "measured_ms_median": round(median, 3),
-        "measured_ms_p99": round(_pct(queued, 0.99), 3),
+        "measured_ms_p99": None if not queued else round(_pct(queued, 0.99), 3),
         "error_pct": round((median - expected) / expected * 100, 2) if expected else None,
         "idle_ms": round(idle_ms, 3),
         "loaded_ms_median": round(raw_median, 3),

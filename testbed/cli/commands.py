@@ -193,7 +193,7 @@ def cmd_counters(args: argparse.Namespace) -> int:
             continue
         extra = f"  switch drops {c['drops']}" if c["drops"] else ""
         print(
-            f"{sw}: kernel drops {c['kernel_drops']}, timer late p99 {c['timer_late_us_p99']:.0f} us{extra}"
+            f"{sw}: kernel drops {c['kernel_drops']}, timer late p99 {_late(c)}{extra}"
         )
         for port, pc in c["ports"].items():
             drops = ",".join(f"{k}={v}" for k, v in pc["drops"].items()) or "-"
@@ -202,6 +202,12 @@ def cmd_counters(args: argparse.Namespace) -> int:
                 f" {pc['max_queue_bytes'] / 1000:>8.1f}  {drops}"
             )
     return 0
+
+
+def _late(c: dict) -> str:
+    """A switch's P99 lateness for the table: none before its first due departure."""
+    p99 = c.get("timer_late_us_p99")
+    return "- (no sample yet)" if p99 is None else f"{p99:.0f} us"
 
 
 def cmd_down(args: argparse.Namespace) -> int:

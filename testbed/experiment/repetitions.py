@@ -24,6 +24,7 @@ from typing import Any
 from testbed.analysis.aggregate import CONFIDENCE, aggregate, repeated_valid
 from testbed.analysis.report import markdown_table, write_summary
 from testbed.analysis.spread_plots import plot_goodput_band, plot_metric_intervals, plot_sweep
+from testbed.analysis.validity import is_valid
 from testbed.experiment.errors import RunError
 from testbed.experiment.ownership import first_missing, hand_over, invoking_user
 from testbed.experiment.provenance import provenance
@@ -52,7 +53,7 @@ class RepeatedOutcome:
 
     @property
     def valid(self) -> bool:
-        return bool(self.summary.get("emulation", {}).get("valid", True))
+        return is_valid(self.summary.get("emulation"))
 
 
 def seeds_for(sc: Scenario, repeat: int | None) -> list[int]:
@@ -215,7 +216,7 @@ def _summarise_repeated(
         t: [
             (r.metrics[t].bin_times, r.metrics[t].goodput_bins)
             for r in runs
-            if t in r.metrics and r.summary["transports"][t].get("emulation", {}).get("valid", True)
+            if t in r.metrics and is_valid(r.summary["transports"][t].get("emulation"))
         ]
         for t in transports
     }

@@ -42,8 +42,15 @@ from typing import Any, TextIO
 from rich.live import Live
 
 from contracts.clock import MAX_DILATION, Clock
+from contracts.stats import LateHistogram, percentile
 from endpoint.config import TransportConfig
 from endpoint.control import ControlError
+from testbed.analysis.emulator_timing import (
+    interval_lateness,
+    nic_lost,
+    start_histograms,
+    switch_kernel_drops,
+)
 from testbed.analysis.metrics import (
     AppliedEvent,
     Emulation,
@@ -62,7 +69,7 @@ from testbed.analysis.port_series import (
     sparse_json,
 )
 from testbed.analysis.report import write_report, write_summary, write_timeseries_csv
-from testbed.analysis.validity import Thresholds, Timing, Verdict, banner, judge
+from testbed.analysis.validity import Thresholds, Timing, Verdict, banner, is_valid, judge
 from testbed.experiment.calibration import load_budget
 from testbed.experiment.dilation import (
     RERUN_FACTOR,
@@ -109,7 +116,7 @@ class RunResult:
     applied: list[AppliedEvent]
     emulation: Emulation
     timing: Timing = field(default_factory=Timing)
-    verdict: Verdict = field(default_factory=lambda: Verdict(True))
+    verdict: Verdict = field(default_factory=lambda: Verdict(False, ["not judged"]))
     reruns: int = 0
     port_queues: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
     """port -> (s since t0, deepest data queue per interval in bytes)."""
@@ -178,10 +185,15 @@ def _cpu_times() -> tuple[float, float]:
     return float(sum(parts) - idle), float(sum(parts))
 
 
-def _host_udp_drops(name: str, hosts: Sequence[str]) -> int:
-    """UDP datagrams the hosts' kernels dropped for a full receive or send buffer (per netns)."""
-    st = client.state(name)
-    total = 0
+def _host_udp_drops(name: str, hosts: Sequence[str]) -> tuple[int | None, list[str]]:
+    """UDP datagrams the hosts' kernels dropped for a full receive or send buffer (per netns),
+    and the hosts whose counters could not be read: a host that cannot be read is not a host
+    with no drops (None then, and the verdict says what was missing)."""
+    try:
+        st = client.state(name)
+    except (client.ClientError, OSError) as exc:
+        return None, [f"kernel drops: the fabric's state is unreadable ({exc})"]
+    total, missing = 0, []
     for h in hosts:
         try:
             out = subprocess.run(
@@ -189,14 +201,14 @@ def _host_udp_drops(name: str, hosts: Sequence[str]) -> int:
                 capture_output=True,
                 text=True,
                 timeout=10,
+                check=True,
             ).stdout
-        except (subprocess.SubprocessError, OSError, KeyError):
-            continue
-        rows = [line.split() for line in out.splitlines() if line.startswith("Udp:")]
-        if len(rows) >= 2:
+            rows = [line.split() for line in out.splitlines() if line.startswith("Udp:")]
             stats = dict(zip(rows[0][1:], rows[1][1:], strict=False))
-            total += int(stats.get("RcvbufErrors", 0)) + int(stats.get("SndbufErrors", 0))
-    return total
+            total += int(stats["RcvbufErrors"]) + int(stats["SndbufErrors"])
+        except (subprocess.SubprocessError, OSError, KeyError, IndexError, ValueError) as exc:
+            missing.append(f"kernel drops: host {h}'s UDP counters unreadable ({exc!r})")
+    return (None if missing else total), missing
 
 
 class Monitor(threading.Thread):
@@ -268,9 +280,9 @@ class Monitor(threading.Thread):
             if sw.get("queue_max_interval_s"):
                 self.interval_s = float(sw["queue_max_interval_s"])
 
-    def jitter_p99_us(self) -> float:
-        late = sorted(self.late_us)
-        return late[int(0.99 * (len(late) - 1))] if late else 0.0
+    def jitter_p99_us(self) -> float | None:
+        """The probe's nearest-rank P99 (contracts.stats); None before its first sample."""
+        return percentile(self.late_us, 99)
 
 
 class Timeline(threading.Thread):
@@ -364,10 +376,14 @@ def run_transport(
         clean_fabric(name)
 
 
-def _switch_cpu(name: str) -> dict[str, tuple[float, float]]:
-    """Each switch's process CPU seconds (all, kernel) now; empty if the switches predate the
-    split. Costs one counters request (it drains the queue maxima: none yet before traffic)."""
-    counters = client.call(name, {"op": "counters", "node": None}, timeout=10)["counters"]
+def _counters(name: str) -> dict[str, dict]:
+    """Every switch's counters now (one request; it drains the queue maxima)."""
+    return client.call(name, {"op": "counters", "node": None}, timeout=10)["counters"]
+
+
+def _switch_cpu(counters: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
+    """Each switch's process CPU seconds (all, kernel) in a counters read; empty if the
+    switches predate the split."""
     return {
         node: (c["cpu_s"], c["cpu_sys_s"])
         for node, c in counters.items()
@@ -385,7 +401,11 @@ def _drive(
     driver.prepare()
     # The switches' CPU so far (start-up, endpoints starting): the run's own share is the
     # final figure less this (`cpu_s_at_go` in switch_counters.json; bench capacity).
-    at_go = _switch_cpu(name)
+    # ... and their lateness histograms so far: the run's samples are the final read's less
+    # these (start-up's wake-ups are not the workload's).
+    go_counters = _counters(name)
+    at_go = _switch_cpu(go_counters)
+    late_at_go = start_histograms(go_counters)
     cpu0 = _cpu_times()
     real0 = time.monotonic()
     t0 = driver.go()
@@ -422,34 +442,27 @@ def _drive(
         if node in switch:
             switch[node]["cpu_s_at_go"], switch[node]["cpu_sys_s_at_go"] = cpu
     monitor.collect(switch)  # the maxima since the monitor's last read
-    host_drops = _host_udp_drops(name, workload_hosts(sc))
-    endpoint_late = driver.timer_late_us_p99() if isinstance(driver, EndpointDriver) else []
-    nic_lost = driver.nic_lost_fraction() if isinstance(driver, EndpointDriver) else []
-    endpoint_max = driver.timer_late_us_max() if isinstance(driver, EndpointDriver) else []
+    host_drops, drops_missing = _host_udp_drops(name, workload_hosts(sc))
+    # The endpoint processes' own figures, before `collect` stops them (kernel baselines have
+    # no process of ours: the monitor's probe stands for their hosts' timers).
+    ep_stats = driver.process_stats() if isinstance(driver, EndpointDriver) else None
     run = driver.collect(t0, end_s)
     run.trims = sum(p["trims"] for c in switch.values() for p in c["ports"].values())
-    switch_late = [c.get("timer_late_us_p99", 0.0) for c in switch.values()]
     cpu_util = (cpu1[0] - cpu0[0]) / max(cpu1[1] - cpu0[1], 1.0)
-    kernel_drops = sum(c.get("kernel_drops", 0) for c in switch.values()) + host_drops
+    timing = _timing(
+        clock, real_s, end_s, cpu_util, switch, late_at_go, host_drops, drops_missing,
+        ep_stats, monitor.jitter_p99_us(),
+        Thresholds.for_fabric(sc.topology.params()).switch_late_us is not None,
+    )  # fmt: skip
     emulation = Emulation(
         cpu_util=cpu_util,
-        timer_jitter_us_p99=max([monitor.jitter_p99_us(), *switch_late, *endpoint_late]),
-        kernel_drops=kernel_drops,
-    )
-    timing = Timing(
-        time_dilation=clock.dilation,
-        real_s=real_s,
-        virtual_s=end_s,
-        cpu_util=cpu_util,
-        switch_late_us_p99=max(switch_late, default=0.0),
-        # Kernel baselines have no timers of ours: the monitor's probe stands for the hosts.
-        endpoint_late_us_p99=max(endpoint_late, default=monitor.jitter_p99_us()),
-        endpoint_nic_lost=max(nic_lost, default=0.0),
-        switch_late_us_max=max(
-            (c.get("timer_late_us_max", 0.0) for c in switch.values()), default=0.0
+        timer_jitter_us_p99=max(
+            x
+            for x in (monitor.jitter_p99_us(), timing.switch_late_us_p99,
+                      timing.endpoint_late_us_p99, 0.0)
+            if x is not None
         ),  # fmt: skip
-        endpoint_late_us_max=max(endpoint_max, default=0.0),
-        kernel_drops=kernel_drops,
+        kernel_drops=timing.kernel_drops or 0,
     )
     port_counters = {
         port: {"trims": pc["trims"], "drops": pc["drops"]}
@@ -478,6 +491,49 @@ def _drive(
         controller=report,
         capture=captured,
         note=note,
+    )
+
+
+def _timing(
+    clock: Clock,
+    real_s: float,
+    end_s: float,
+    cpu_util: float,
+    switch: Mapping[str, Any],
+    late_at_go: Mapping[str, LateHistogram],
+    host_drops: int | None,
+    drops_missing: list[str],
+    ep_stats: Mapping[str, dict | None] | None,
+    probe_p99_us: float | None,
+    shaped: bool = True,
+) -> Timing:
+    """The verdict's inputs of one run, failing closed: whatever could not be read is None and
+    named in `missing` (testbed.analysis.emulator_timing). On unshaped links (`shaped` false)
+    switch lateness has no limit to meet and is reported only."""
+    sw_late = interval_lateness(switch, late_at_go, "switch", need_samples=True)
+    sw_drops, sw_missing = switch_kernel_drops(switch)
+    missing = [*(sw_late.missing if shaped else []), *sw_missing, *drops_missing]
+    if ep_stats is None:  # kernel baselines: the probe stands for the hosts' timers
+        ep_p99, ep_max, nic = probe_p99_us, None, 0.0
+        if probe_p99_us is None:
+            missing.append("endpoint timer lateness: the monitor's probe took no sample")
+    else:
+        ep_late = interval_lateness(ep_stats, None, "endpoint", need_samples=False)
+        nic, nic_missing = nic_lost(ep_stats)
+        ep_p99, ep_max = ep_late.p99_us, ep_late.max_us
+        missing += ep_late.missing + nic_missing
+    return Timing(
+        time_dilation=clock.dilation,
+        real_s=real_s,
+        virtual_s=end_s,
+        cpu_util=cpu_util,
+        switch_late_us_p99=sw_late.p99_us,
+        endpoint_late_us_p99=ep_p99,
+        endpoint_nic_lost=nic,
+        switch_late_us_max=sw_late.max_us,
+        endpoint_late_us_max=ep_max,
+        kernel_drops=None if sw_drops is None or host_drops is None else sw_drops + host_drops,
+        missing=tuple(missing),
     )
 
 
@@ -528,8 +584,8 @@ class Outcome:
 
     @property
     def valid(self) -> bool:
-        """Every run kept up with its fabric (testbed.analysis.validity)."""
-        return bool(self.summary.get("emulation", {}).get("valid", True))
+        """Every run kept up with its fabric (testbed.analysis.validity); no verdict: invalid."""
+        return is_valid(self.summary.get("emulation"))
 
 
 def default_out_dir(sc: Scenario, root: Path | None = None) -> Path:

@@ -40,8 +40,15 @@ from pathlib import Path
 from typing import Any
 
 from contracts.clock import Clock
+from contracts.stats import percentile
 from contracts.workloads import MAX_STEPS
 from endpoint.control import ControlError
+from testbed.analysis.emulator_timing import (
+    interval_lateness,
+    nic_lost,
+    start_histograms,
+    switch_kernel_drops,
+)
 from testbed.analysis.soak import (
     RssSample,
     Window,
@@ -135,10 +142,28 @@ class _JitterProbe(threading.Thread):
             with self._lock:
                 self._late.append(self.clock.virtual(late) * 1e6)
 
-    def take(self) -> float:
+    def take(self) -> float | None:
+        """The nearest-rank P99 (contracts.stats) of the window's samples; None if none."""
         with self._lock:
-            late, self._late = sorted(self._late), []
-        return late[int(0.99 * (len(late) - 1))] if late else 0.0
+            late, self._late = self._late, []
+        return percentile(late, 99)
+
+
+def _fmt(x: float | None, spec: str) -> str:
+    return "not measured" if x is None else format(x, spec)
+
+
+def _window_nic(procs: dict, prev: dict) -> dict:
+    """The endpoint processes' NIC bytes (sent, lost) of one window: cumulative less `prev`."""
+    keys = ("nic_lost_bytes", "nic_sent_bytes")
+    out: dict = {}
+    for h, p in procs.items():
+        if not isinstance(p, dict) or not all(k in p for k in keys):
+            out[h] = p
+            continue
+        before = prev.get(h, {})
+        out[h] = {k: p[k] - before.get(k, 0) for k in keys}
+    return out
 
 
 def _signal_text(code: int | None) -> str:
@@ -261,7 +286,9 @@ class Soak:
         probe = _JitterProbe(self.clock)
         limits = Thresholds.for_fabric(self.sc.topology.params())
         window_s = validity_window_s(duration)
-        drops_prev = self._kernel_drops()
+        drops_prev, _ = self._kernel_drops()
+        # Cumulative figures at the window's start: lateness histograms, NIC bytes.
+        self._late_prev, self._ep_late_prev, self._nic_prev = {}, {}, {}
         timeline.start()
         probe.start()
         next_window = self.real0 + window_s
@@ -274,9 +301,10 @@ class Soak:
                 self._sample_rss(elapsed)
                 if now >= next_window or elapsed >= duration:
                     cpu = _cpu_times()
-                    drops = self._kernel_drops()
+                    drops, missing = self._kernel_drops()
+                    delta = None if drops is None or drops_prev is None else drops - drops_prev
                     self.windows.append(
-                        self._window(win_start, elapsed, cpu_prev, cpu, drops - drops_prev, probe)
+                        self._window(win_start, elapsed, cpu_prev, cpu, delta, missing, probe)
                     )
                     cpu_prev, drops_prev, win_start = cpu, drops, elapsed
                     next_window = now + window_s
@@ -372,36 +400,56 @@ class Soak:
             if kb is not None:
                 self.rss.append(RssSample(elapsed, f"endpoint {host}", kb))
 
-    def _kernel_drops(self) -> int:
+    def _kernel_drops(self) -> tuple[int | None, list[str]]:
+        """Kernel drops so far (switches and hosts), or None and what could not be read."""
         try:
             sw = client.call(self.name, {"op": "counters", "node": None}, timeout=10)["counters"]
-        except client.ClientError:
-            sw = {}
-        drops = sum(c.get("kernel_drops", 0) for c in sw.values() if isinstance(c, dict))
-        return drops + _host_udp_drops(self.name, self.hosts)
+        except client.ClientError as exc:
+            return None, [f"kernel drops: switch counters unreadable ({exc})"]
+        sw_drops, missing = switch_kernel_drops(sw)
+        host, host_missing = _host_udp_drops(self.name, self.hosts)
+        missing += host_missing
+        return (None if missing or sw_drops is None or host is None else sw_drops + host), missing
 
-    def _window(self, start, end, cpu0, cpu1, drops, probe: _JitterProbe) -> Window:
+    def _window(
+        self, start, end, cpu0, cpu1, drops: int | None, missing: list[str], probe: _JitterProbe
+    ) -> Window:
+        """One window's verdict inputs, failing closed (testbed.analysis.emulator_timing):
+        lateness from the processes' histograms less their previous window's."""
         try:
             sw = client.call(self.name, {"op": "counters", "node": None}, timeout=10)["counters"]
         except client.ClientError:
             sw = {}
-        switch_late = [c.get("timer_late_us_p99", 0.0) for c in sw.values() if "error" not in c]
+        sw_late = interval_lateness(sw, self._late_prev, "switch", need_samples=False)
+        self._late_prev = start_histograms(sw)
         try:
             stats = self.eps.coordinator.stats()
-            ep_late = [r["process"].get("timer_late_us_p99", 0.0) for r in stats.values()]
         except (ControlError, OSError):
             self._check_processes(end)  # an endpoint gone: say so, not "control error"
             raise
+        procs = {h: r.get("process") if isinstance(r, dict) else None for h, r in stats.items()}
+        ep_late = interval_lateness(procs, self._ep_late_prev, "endpoint", need_samples=False)
+        self._ep_late_prev = start_histograms(procs)
+        nic, nic_missing = nic_lost(_window_nic(procs, self._nic_prev))
+        self._nic_prev = {h: p for h, p in procs.items() if isinstance(p, dict)}
         cpu_util = (cpu1[0] - cpu0[0]) / max(cpu1[1] - cpu0[1], 1.0)
         jitter = probe.take()
+        ep_p99 = ep_late.p99_us
+        if ep_p99 is not None and jitter is not None:
+            ep_p99 = max(ep_p99, jitter)
+        shaped = Thresholds.for_fabric(self.sc.topology.params()).switch_late_us is not None
         timing = Timing(
             time_dilation=self.clock.dilation,
             real_s=end - start,
             virtual_s=self.clock.virtual(end - start),
             cpu_util=cpu_util,
-            switch_late_us_p99=max(switch_late, default=0.0),
-            endpoint_late_us_p99=max([*ep_late, jitter]),
+            switch_late_us_p99=sw_late.p99_us,
+            endpoint_late_us_p99=ep_p99,
+            endpoint_nic_lost=nic,
             kernel_drops=drops,
+            missing=tuple(
+                [*missing, *(sw_late.missing if shaped else []), *ep_late.missing, *nic_missing]
+            ),
         )
         return Window(self._t(start), self._t(end), timing)
 
@@ -411,8 +459,8 @@ class Soak:
         for s in self.rss[-len(self.switch_pids) - len(self.hosts) :]:
             rss[s.process.split()[0]] = rss.get(s.process.split()[0], 0) + s.rss_kb
         return (
-            f"  t={self._t(elapsed):7.1f}s  cpu {w.cpu_util:.0%}  endpoint late p99 "
-            f"{w.endpoint_late_us_p99:.0f} us  RSS switches {rss.get('switch', 0) / 1024:.1f} "
+            f"  t={self._t(elapsed):7.1f}s  cpu {_fmt(w.cpu_util, '.0%')}  endpoint late p99 "
+            f"{_fmt(w.endpoint_late_us_p99, '.0f')} us  RSS switches {rss.get('switch', 0) / 1024:.1f} "
             f"MB, endpoints {rss.get('endpoint', 0) / 1024:.1f} MB"
             + (f"  dead switches: {', '.join(self.dead_switches)}" if self.dead_switches else "")
         )

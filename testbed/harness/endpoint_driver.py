@@ -18,6 +18,7 @@ from pathlib import Path
 
 from contracts.clock import Clock
 from contracts.ports import ROCEV2_UDP_PORT
+from endpoint.control import ControlError
 from endpoint.metrics import placed_samples
 from testbed.fabric.paths import predict_path
 from testbed.harness.endpoints import FabricEndpoints
@@ -351,25 +352,19 @@ class EndpointDriver:
         )
         return all(s.get("done") for s in self.statuses.values())
 
-    def timer_late_us_p99(self) -> list[float]:
-        """Each endpoint process's own timer lateness (for the emulation's health)."""
-        stats = self.eps.coordinator.stats()
-        return [r["process"].get("timer_late_us_p99", 0.0) for r in stats.values()]
-
-    def timer_late_us_max(self) -> list[float]:
-        """Each endpoint process's largest timer lateness of the whole run (reported beside
-        the P99, not judged)."""
-        stats = self.eps.coordinator.stats()
-        return [r["process"].get("timer_late_us_max", 0.0) for r in stats.values()]
-
-    def nic_lost_fraction(self) -> list[float]:
-        """Each endpoint process's NIC time lost while frames waited (endpoint.pacer), as a
-        share of what its NICs sent and lost: how far it fell behind its own NIC."""
-        out = []
-        for r in self.eps.coordinator.stats().values():
-            lost = r["process"].get("nic_lost_bytes", 0)
-            sent = r["process"].get("nic_sent_bytes", 0)
-            out.append(lost / (lost + sent) if lost + sent > 0 else 0.0)
+    def process_stats(self) -> dict[str, dict | None]:
+        """Each host's endpoint-process figures (the `process` block of its stats reply:
+        timer lateness, NIC time lost); None for a host that did not answer or answered
+        without them, which the verdict counts as not measured, never as zero."""
+        out: dict[str, dict | None] = {}
+        for host, c in self.eps.coordinator.clients.items():
+            try:
+                reply = c.call({"op": "stats"})
+            except (ControlError, OSError):
+                out[host] = None
+                continue
+            proc = reply.get("process") if isinstance(reply, dict) else None
+            out[host] = proc if isinstance(proc, dict) else None
         return out
 
     def collect(self, t0: float, end_s: float) -> TransportRun:

@@ -42,6 +42,7 @@ import yaml
 
 from contracts.plugins import load_plugin
 from contracts.project import checkout, shipped
+from testbed.analysis.validity import is_valid
 from testbed.scenario import TRANSPORTS, ScenarioError, load_scenario
 from testbed.scenario.catalog import SCENARIO_DIR
 
@@ -599,12 +600,15 @@ def _run_one(
 
 
 def _unhealthy(summary: dict | None) -> str:
-    """Why a run's emulation cannot be trusted, or ""."""
+    """Why a run's emulation cannot be trusted, or "": its verdict first (a run with no
+    verdict is not trusted either: testbed.analysis.validity.is_valid), then the figures."""
     emu = (summary or {}).get("emulation") or {}
     why = []
-    if emu.get("kernel_drops", 0) > 0:
+    if not is_valid(emu):
+        why.append("invalid run: " + ("; ".join(emu.get("invalid_reasons", [])) or "no verdict"))
+    if (emu.get("kernel_drops") or 0) > 0:
         why.append(f"{emu['kernel_drops']} kernel drops")
-    if emu.get("timer_jitter_us_p99", 0) > UNHEALTHY_JITTER_US:
+    if (emu.get("timer_jitter_us_p99") or 0) > UNHEALTHY_JITTER_US:
         why.append(f"timers {emu['timer_jitter_us_p99'] / 1000:.0f} ms late (p99)")
     return ", ".join(why)
 
