@@ -28,12 +28,15 @@ if TYPE_CHECKING:
     from switch.netns import Netns
 
 
-def _die_with_parent() -> None:
-    """A switch outlives nothing: if whoever started it dies (even by SIGKILL), so does it."""
+def _die_with_parent(parent: int) -> bool:
+    """A switch outlives nothing: if whoever started it dies (even by SIGKILL), so does it.
+    `parent`: the parent at start; False if it is already gone (it died before the request,
+    which then never fires). The fabric builder also asks for it before the switch execs."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+    return os.getppid() == parent
 
 
 def _open_switch(config: SwitchConfig, netns: Netns | None, ring_frames: int | None) -> Switch:
@@ -53,6 +56,7 @@ def _open_switch(config: SwitchConfig, netns: Netns | None, ring_frames: int | N
 
 
 def main(argv: list[str] | None = None) -> int:
+    parent = os.getppid()
     ap = argparse.ArgumentParser(prog="python -m switch", description=__doc__)
     ap.add_argument(
         "--config",
@@ -115,8 +119,9 @@ def main(argv: list[str] | None = None) -> int:
                 sw.running = False
 
         signal.signal(signal.SIGTERM, stop)
-        if args.die_with_parent:
-            _die_with_parent()
+        if args.die_with_parent and not _die_with_parent(parent):
+            print("switch: the process that started it is gone; not starting", file=sys.stderr)
+            return 1
         signal.signal(signal.SIGINT, stop)
         delivered = None
         if len(members) > 1 and local_links.enabled():

@@ -7,6 +7,7 @@ Errors are one line naming the bad argument, with exit status 2; the commands th
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from contracts.defaults import ECMP_HASHES, FORWARDINGS
@@ -37,9 +38,9 @@ from testbed.cli.commands import (
 )
 from testbed.experiment.errors import RunError
 from testbed.experiment.runner import COMPARE_BASELINES, DATA_FORMATS
-from testbed.fabric import client
+from testbed.fabric import client, interrupts
 from testbed.fabric.failures import CTL_USAGE, FailureError
-from testbed.fabric.lifecycle import FabricError
+from testbed.fabric.lifecycle import FabricError, own_fabrics
 from testbed.fabric.state import DEFAULT_NAME, StateError
 from testbed.fabric.switch_layout import ENV as SWITCH_LAYOUT_ENV
 from testbed.fabric.switch_layout import LAYOUTS
@@ -368,7 +369,23 @@ def _bench_and_lab_commands(sub) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. SIGINT, SIGTERM and SIGHUP unwind it (testbed.fabric.interrupts), so
+    whatever it built is torn down, and it exits with 128 + the signal's number (130 for
+    Ctrl-C). Every fabric a command builds dies with this process, however it ends (its
+    supervisor watches this PID), except the one `testbed up` leaves running."""
     args = build_parser().parse_args(argv)
+    old = interrupts.install()
+    own_fabrics(args.cmd != "up")
+    try:
+        rc = _run(args)
+    finally:
+        own_fabrics(False)
+        interrupts.uninstall(old)
+    sig = interrupts.received()
+    return rc if sig is None else 128 + sig
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return args.func(args)
     except (
@@ -380,15 +397,31 @@ def main(argv: list[str] | None = None) -> int:
         client.ClientError,
         RunError,
     ) as exc:
+        if interrupts.received() is not None:
+            _say(f"testbed: interrupted by {_signame(interrupts.received())}; torn down")
+            return 128 + interrupts.received()
         for line in str(exc).splitlines() or [""]:  # a scenario may hold several mistakes
-            print(f"testbed: {line}", file=sys.stderr)
+            _say(f"testbed: {line}")
         return 2
-    except KeyboardInterrupt:
-        print("testbed: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        sig = exc.signum if isinstance(exc, interrupts.Interrupted) else signal.SIGINT
+        _say(f"testbed: interrupted by {_signame(sig)}; torn down")
+        return 128 + sig
     except BrokenPipeError:  # `testbed counters | head`
         sys.stderr.close()
         return 0
+
+
+def _signame(sig: int) -> str:
+    return signal.Signals(sig).name
+
+
+def _say(line: str) -> None:
+    """stderr, which a hangup may have taken away: a teardown's exit status matters more."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

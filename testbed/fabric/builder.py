@@ -7,30 +7,67 @@ this module starts inside it. Nodes configure themselves through netlink (addres
 neighbours, offloads, NIC rate). Everything created is recorded in the fabric's state file as
 it is created, so a teardown after any failure removes exactly that, and nothing else (never
 `mn -c`, which kills by name and deletes every `*-ethN` link on the machine).
+
+A build can be cancelled (`cancel`, the supervisor's stop event: a signal, its owner gone): it
+stops before the next node, phase or switch and raises `BuildCancelled`; `stop()` then removes
+what exists. Node shells and switch processes die with the supervisor (PR_SET_PDEATHSIG), and
+`stop()` also ends whatever else runs in the fabric's namespaces, so nothing holds one open.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 from contracts.runtime import child_env
 from switch.config import switch_config
 from switch.control import ControlError, request
+from testbed.fabric.cleanup import kill_pids, netns_of, pids_in_netns
 from testbed.fabric.netlink import NamespaceError, node_netlink
 from testbed.fabric.state import FabricState, ProcessRecord, process_start_ticks, record
 from testbed.fabric.switch_layout import SHARED, switch_layout
 from topologies import Fabric
 
 SWITCH_START_TIMEOUT_S = 15.0
+PR_SET_PDEATHSIG = 1
 
 
 class BuildError(RuntimeError):
     """The fabric could not be built; the message says which node or link."""
+
+
+class BuildCancelled(BuildError):
+    """The build was asked to stop (`cancel` set) before it finished."""
+
+
+def _pdeathsig(sig: int):
+    """A Popen preexec_fn: the child gets `sig` when the thread that started it ends. Every
+    node shell and switch is started by the supervisor's main thread, which ends only with
+    the supervisor, so they go with it even if it is killed outright."""
+
+    def set_it() -> None:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
+
+    return set_it
+
+
+class _ShellDiesWithSupervisor:
+    """Mixin for Mininet node classes: the node's shell (the process holding its namespaces)
+    gets SIGKILL when the supervisor dies. Only the shell: `node.popen` children are not
+    touched (self.shell is set by then)."""
+
+    def _popen(self, cmd, **params):
+        if getattr(self, "shell", None) is None:
+            params.setdefault("preexec_fn", _pdeathsig(signal.SIGKILL))
+        return super()._popen(cmd, **params)
 
 
 def _mininet():
@@ -56,8 +93,10 @@ class FabricBuilder:
         directory: Path,
         seed: int = 1,
         time_dilation: float = 1.0,
+        cancel: threading.Event | None = None,
     ) -> None:
         self.fabric = fabric
+        self.cancel = cancel or threading.Event()
         self.state = state
         self.dir = directory
         self.seed = seed
@@ -68,6 +107,11 @@ class FabricBuilder:
         self.switch_log_names: dict[str, str] = {}  # switch -> its process's log (shared or own)
 
     # ----- build ------------------------------------------------------------------------------
+
+    def checkpoint(self) -> None:
+        """Raise BuildCancelled if the build was asked to stop."""
+        if self.cancel.is_set():
+            raise BuildCancelled("stopped while building")
 
     def build(self) -> None:
         Mininet, topo = _mininet()
@@ -85,7 +129,9 @@ class FabricBuilder:
         )
         try:
             self.net.build()  # nodes, links, then each host configures itself
+            self.checkpoint()
             self.net.start()  # each switch namespace configures its ports
+            self.checkpoint()
         except NamespaceError as exc:
             raise BuildError(f"configuring a node failed: {exc}") from exc
         self.state.nodes = {
@@ -95,9 +141,12 @@ class FabricBuilder:
         self.state.save(self.dir)
 
     def _recorded(self, cls):
-        """A node factory for Mininet that records each node's shell as soon as it exists."""
+        """A node factory for Mininet that records each node's shell as soon as it exists (and
+        stops the build before the next node when it is cancelled)."""
+        cls = type(cls.__name__, (_ShellDiesWithSupervisor, cls), {})
 
         def make(name: str, **params):
+            self.checkpoint()
             node = cls(name, **params)
             spec = self.fabric.nodes[name]
             self.state.processes.append(record("node-shell", name, node.pid))
@@ -158,10 +207,12 @@ class FabricBuilder:
             self._start_switch_process(names)
         else:
             for name in names:
+                self.checkpoint()
                 self._start_switch_process([name])
         deadline = time.monotonic() + SWITCH_START_TIMEOUT_S
         pending = set(self.fabric.switches())
         while pending:
+            self.checkpoint()
             for name in sorted(pending):
                 proc = self.switch_procs[name]
                 if proc.poll() is not None:
@@ -207,6 +258,7 @@ class FabricBuilder:
             stdin=subprocess.DEVNULL,
             env=env,
             start_new_session=True,
+            preexec_fn=_pdeathsig(signal.SIGTERM),  # a clean stop: its capture is flushed
         )
         for name in names:
             self.switch_logs[name] = log
@@ -229,6 +281,7 @@ class FabricBuilder:
 
     def check_reachability(self, timeout_s: float = 2.0) -> list[str]:
         """Ping every other host on every plane from every host; returns the failures."""
+        self.checkpoint()
         fab = self.fabric
         targets = [
             (h, fab.host_ip(h, k)) for h in fab.hosts() for k in range(1, fab.params.planes + 1)
@@ -252,6 +305,11 @@ class FabricBuilder:
     # ----- teardown ---------------------------------------------------------------------------
 
     def stop(self) -> None:
+        """End the switches, whatever else runs in the fabric's namespaces, then the node
+        shells (and with them the namespaces and veths); also after a cancelled build."""
+        shells = {p.pid for p in self.state.processes if p.role == "node-shell" and p.alive()}
+        me = netns_of(os.getpid())
+        inodes = {i for i in map(netns_of, shells) if i is not None and i != me}
         procs = list({id(p): p for p in self.switch_procs.values()}.values())
         for proc in procs:
             if proc.poll() is None:
@@ -265,6 +323,10 @@ class FabricBuilder:
                 proc.wait()
         for log in {id(f): f for f in self.switch_logs.values()}.values():
             log.close()
+        # Endpoints, kernel baselines, captures: whoever started them, they hold namespaces.
+        others = pids_in_netns(inodes, exclude=shells)
+        if others:
+            kill_pids(others, 2.0)
         if self.net is not None:
             for node in list(self.net.hosts) + list(self.net.switches):
                 try:
@@ -272,6 +334,15 @@ class FabricBuilder:
                 except Exception:  # noqa: BLE001 - keep tearing down the rest
                     pass
             self.net = None
+        # Shells of a build cut short (created, not yet in the Mininet object) and anything
+        # recorded that is still there.
+        left = [
+            p.pid
+            for p in self.state.processes
+            if p.role in ("node-shell", "switch") and p.pid != os.getpid() and p.alive()
+        ]
+        if left:
+            kill_pids(left, 1.0)
 
 
 def switch_python() -> str:

@@ -13,24 +13,23 @@ Why a session and a detached supervisor: the fabric's namespaces, veths and swit
 belong to a supervisor process (`testbed.fabric.supervisor`) that outlives whoever built them,
 so ``testbed up`` can return and ``testbed exec`` / ``ctl`` / ``down`` reach the same fabric
 later by name. `Fabric` is the handle on that supervisor. Used as a context manager it removes
-the fabric when the block ends -- also after an exception, Ctrl-C or SIGTERM; `up()` alone
-leaves it running, and `Fabric.attach(name)` picks up a fabric that is already up.
+the fabric when the block ends -- also after an exception, Ctrl-C, SIGTERM or SIGHUP, and if
+this process is killed outright its supervisor notices and removes it; `up()` alone leaves it
+running, and `Fabric.attach(name)` picks up a fabric that is already up.
 """
 
 from __future__ import annotations
 
 import contextlib
-import signal
 import subprocess
-import threading
 import uuid
 from collections.abc import Sequence
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any
 
 import topologies
 from contracts.clock import check_dilation
-from testbed.fabric import client, failures
+from testbed.fabric import client, failures, interrupts
 from testbed.fabric.cleanup import clean_fabric
 from testbed.fabric.lifecycle import FabricError, bring_up, need_root, tear_down
 from testbed.fabric.state import DEFAULT_NAME, FabricState, check_name
@@ -72,7 +71,7 @@ class Fabric:
         self.switch_processes = switch_processes
         self.description: topologies.Fabric = topologies.leaf_spine(self.params)
         self._up = False
-        self._old_sigterm: Any = None
+        self._old_handlers: dict[int, Any] = {}
 
     # ----- life ---------------------------------------------------------------------------
 
@@ -86,10 +85,20 @@ class Fabric:
         fab._up = True
         return fab
 
-    def up(self) -> Fabric:
-        """Build the fabric and return once every switch forwards. It stays up (detached from
-        this process) until `down()`; on failure nothing of it is left."""
-        bring_up(self.name, self.params, self.seed, self.switch_processes, self.time_dilation)
+    def up(self, *, owned: bool | None = None) -> Fabric:
+        """Build the fabric and return once every switch forwards; on failure or interrupt
+        nothing of it is left. It stays up (detached from this process) until `down()`; with
+        `owned=True` only while this process lives: its supervisor removes it when this
+        process is gone, however it ended (default: `lifecycle.own_fabrics`, which the command
+        line sets for everything but `testbed up`)."""
+        bring_up(
+            self.name,
+            self.params,
+            self.seed,
+            self.switch_processes,
+            self.time_dilation,
+            owned=owned,
+        )
         self._up = True
         return self
 
@@ -104,11 +113,13 @@ class Fabric:
         return self._up
 
     def __enter__(self) -> Fabric:
-        self._catch_sigterm()
+        # SIGTERM and SIGHUP (a `kill`, a CI timeout, a closed terminal) become an exception
+        # in the main thread, so the block unwinds and the fabric goes with it.
+        self._old_handlers = interrupts.catch()
         try:
-            return self.up()
+            return self.up(owned=True)
         except BaseException:
-            self._restore_sigterm()
+            self._release_signals()
             raise
 
     def __exit__(
@@ -122,28 +133,17 @@ class Fabric:
                 self.down()
             else:
                 # The block failed: remove the fabric, but let the block's own error propagate.
-                with contextlib.suppress(Exception):
-                    tear_down(self.name)
-                clean_fabric(self.name)
+                with interrupts.deferred():
+                    with contextlib.suppress(Exception):
+                        tear_down(self.name)
+                    clean_fabric(self.name)
                 self._up = False
         finally:
-            self._restore_sigterm()
+            self._release_signals()
 
-    def _catch_sigterm(self) -> None:
-        """SIGTERM (a `kill`, a CI timeout) becomes an exception in the main thread, so the
-        `with` block unwinds and the fabric goes instead of staying up without an owner."""
-        if threading.current_thread() is not threading.main_thread():
-            return
-
-        def on_sigterm(signum: int, frame: FrameType | None) -> None:
-            raise KeyboardInterrupt(f"signal {signum}")
-
-        self._old_sigterm = signal.signal(signal.SIGTERM, on_sigterm)
-
-    def _restore_sigterm(self) -> None:
-        if self._old_sigterm is not None:
-            signal.signal(signal.SIGTERM, self._old_sigterm)
-            self._old_sigterm = None
+    def _release_signals(self) -> None:
+        interrupts.release(self._old_handlers)
+        self._old_handlers = {}
 
     # ----- what is in it ------------------------------------------------------------------
 

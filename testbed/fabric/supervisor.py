@@ -5,7 +5,14 @@ as long as the Python process that holds the Mininet object; so for a fabric tha
 between commands (as containerlab's deploy/inspect/exec/destroy do), one process must own it.
 This is that process: it builds the fabric, starts and watches the switches (a switch that dies
 is reported in `inspect`, not silently lost), applies failure actions, gathers counters, and
-tears everything down on `down`, SIGTERM or any error -- removing exactly what it built.
+tears everything down on `down`, SIGTERM, SIGINT, SIGHUP or any error -- removing exactly what
+it built, also when the signal comes mid-build (the build stops at the next node or phase).
+
+Its owner (``--owner PID:START``, the process that called `bring_up`) is watched: when that
+process is gone -- exited, crashed, killed by SIGKILL -- the supervisor tears the fabric down
+as on `down` and removes its run directory. With ``--detach-when-up`` (`testbed up`) the watch
+ends once the fabric is up: such a fabric stays until `down`. The node shells and switch
+processes it starts die with it (PR_SET_PDEATHSIG), should it be killed outright.
 """
 
 from __future__ import annotations
@@ -25,16 +32,25 @@ from pathlib import Path
 
 from switch.control import ControlError, request
 from testbed.fabric import failures
-from testbed.fabric.builder import BuildError, FabricBuilder
-from testbed.fabric.state import FabricState, record, run_dir
+from testbed.fabric.builder import BuildCancelled, BuildError, FabricBuilder
+from testbed.fabric.cleanup import kill_pids, tagged_pids
+from testbed.fabric.state import FabricState, process_start_ticks, record, run_dir
 from topologies import TopologyParams, leaf_spine
 
 FABRIC_ENV = "TESTBED_FABRIC"  # every process of a fabric carries it: cleanup finds orphans by it
 
 
+OWNER_POLL_S = 0.25
+
+
 class Supervisor:
     def __init__(
-        self, name: str, params: TopologyParams, seed: int, time_dilation: float = 1.0
+        self,
+        name: str,
+        params: TopologyParams,
+        seed: int,
+        time_dilation: float = 1.0,
+        stopping: threading.Event | None = None,
     ) -> None:
         self.name = name
         self.dir = run_dir(name)
@@ -49,11 +65,17 @@ class Supervisor:
         )
         self.state.processes.append(record("supervisor", "-", os.getpid()))
         self.state.save(self.dir)
+        self.stopping = stopping if stopping is not None else threading.Event()
+        self.owner_gone = False
         self.builder = FabricBuilder(
-            self.fabric, self.state, self.dir, seed=seed, time_dilation=time_dilation
+            self.fabric,
+            self.state,
+            self.dir,
+            seed=seed,
+            time_dilation=time_dilation,
+            cancel=self.stopping,
         )
         self.lock = threading.RLock()  # Mininet's node.cmd() is not thread-safe
-        self.stopping = threading.Event()
         self.flaps: dict[tuple[str, str], threading.Event] = {}
 
     # ----- life cycle -------------------------------------------------------------------------
@@ -86,6 +108,18 @@ class Supervisor:
             if dead and self.state.status == "up":
                 self._set_status("degraded", "switch died: " + "; ".join(dead))
 
+    def watch_owner(self, pid: int, ticks: int | None, detach_when_up: bool) -> None:
+        """Tear the fabric down when the process that started it is gone (PID and start time:
+        a recycled PID is not the owner). `detach_when_up`: stop watching once it is up."""
+        while not self.stopping.wait(OWNER_POLL_S):
+            if detach_when_up and self.state.status in ("up", "degraded"):
+                return
+            if ticks is None or process_start_ticks(pid) != ticks:
+                print(f"supervisor: owner {pid} is gone; tearing the fabric down", flush=True)
+                self.owner_gone = True
+                self.stopping.set()
+                return
+
     def stop(self) -> None:
         self.stopping.set()
         for ev in self.flaps.values():
@@ -94,6 +128,10 @@ class Supervisor:
             self.state.status = "stopping"
             self.state.save(self.dir)
             self.builder.stop()
+        # Anything of this fabric started but not yet recorded when the build was cut short.
+        strays = tagged_pids(self.name)
+        if strays:
+            kill_pids(strays, 2.0)
 
     # ----- requests ---------------------------------------------------------------------------
 
@@ -278,32 +316,50 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--params", required=True, help="TopologyParams as JSON")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--time-dilation", type=float, default=1.0)
+    ap.add_argument(
+        "--owner", help="PID:START of the process whose end ends the fabric (bring_up's caller)"
+    )
+    ap.add_argument("--detach-when-up", action="store_true", help="stop watching the owner once up")
     args = ap.parse_args(argv)
-    os.environ[FABRIC_ENV] = args.name
-    params = TopologyParams(**json.loads(args.params))
-    sup = Supervisor(args.name, params, args.seed, args.time_dilation)
+    # Signals first: one that arrives while the state is being written or the fabric built
+    # stops the build at its next step, and everything built so far is removed.
+    stopping = threading.Event()
 
     def on_signal(_sig, _frm) -> None:
-        sup.stopping.set()
+        stopping.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGHUP, on_signal)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    os.environ[FABRIC_ENV] = args.name
+    params = TopologyParams(**json.loads(args.params))
+    sup = Supervisor(args.name, params, args.seed, args.time_dilation, stopping=stopping)
+    if args.owner:
+        pid, _, ticks = args.owner.partition(":")
+        threading.Thread(
+            target=sup.watch_owner,
+            args=(int(pid), int(ticks) if ticks.isdigit() else None, args.detach_when_up),
+            daemon=True,
+            name="owner",
+        ).start()
     rc = 0
     try:
-        sup.start()
-        threading.Thread(target=sup.watch, daemon=True).start()
-        sup.serve()
+        if not stopping.is_set():
+            sup.start()
+            threading.Thread(target=sup.watch, daemon=True).start()
+            sup.serve()
+    except BuildCancelled:
+        print("supervisor: stopped while building; removing what was built", flush=True)
     except Exception as exc:  # noqa: BLE001 - report, then tear down what was built
         traceback.print_exc()
         sup._set_status("failed", f"{type(exc).__name__}: {exc}")
         rc = 1
     finally:
         sup.stop()
-        if rc == 0:
+        if rc == 0 or sup.owner_gone:
             _remove_dir(sup.dir)
         else:
-            # Keep state.json and logs so `up` can show why; `testbed clean` removes them.
+            # Keep state.json and logs so `up` can show why (its caller then removes them;
+            # `testbed clean` does, should that caller be gone).
             sup._set_status("failed", sup.state.message)
     return rc
 

@@ -5,8 +5,10 @@ the processes (`EndpointProcs` / `FabricEndpoints`), `start` a job on each over 
 socket, `go` at once on all of them, then `wait` and read each host's metrics file. Processes
 are started through a launcher prefix that execs in place (``mnexec -a PID`` into a fabric
 host, ``ip netns exec`` into a bare namespace), so the PID we hold is the endpoint's own and we
-never kill anything by name. Each dies with its parent (PR_SET_PDEATHSIG), so a crashed caller
-leaves no endpoint behind.
+never kill anything by name. Each dies with its parent (PR_SET_PDEATHSIG: when the thread
+that started it ends, so start them from the main thread, as every caller here does), so a
+crashed caller leaves no endpoint behind. An endpoint in a fabric's host also carries
+TESTBED_FABRIC=<name>, as every process of a fabric does: the fabric's cleanup finds it by that.
 """
 
 from __future__ import annotations
@@ -45,7 +47,13 @@ class EndpointProcs:
     """Endpoint processes started by this code (each through a launcher prefix, e.g. mnexec or
     ip netns exec, that execs in place so the PID is the endpoint's), and their coordinator."""
 
-    def __init__(self, config: dict, launch: dict[str, list[str]], workdir: str | None = None):
+    def __init__(
+        self,
+        config: dict,
+        launch: dict[str, list[str]],
+        workdir: str | None = None,
+        env: dict[str, str] | None = None,
+    ):
         self.config = config
         self.dir = Path(workdir or tempfile.mkdtemp(prefix="tbe-ep-"))
         self._own_dir = workdir is None
@@ -75,7 +83,7 @@ class EndpointProcs:
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
                     stderr=err,
-                    env=child_env(),
+                    env=child_env(env),
                     cwd=PACKAGE_ROOT,
                     preexec_fn=_die_with_parent,
                 )
@@ -184,7 +192,10 @@ class FabricEndpoints(EndpointProcs):
         config_extra.setdefault("time_dilation", st.time_dilation)  # the fabric's clock
         self.time_dilation = config_extra["time_dilation"]
         super().__init__(
-            fabric_endpoint_config(fab, fab.hosts(), **config_extra), launch, workdir=workdir
+            fabric_endpoint_config(fab, fab.hosts(), **config_extra),
+            launch,
+            workdir=workdir,
+            env={"TESTBED_FABRIC": name},
         )
 
 
