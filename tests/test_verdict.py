@@ -122,8 +122,8 @@ def test_a_value_at_its_limit_passes_and_one_past_it_fails(field, at_limit, past
 
 @pytest.mark.parametrize(
     ("field", "reason"),
-    [("switch_late_us_p99", "switch lateness"), ("endpoint_late_us_p99", "endpoint timer lateness"),
-     ("endpoint_nic_lost", "endpoint NIC time lost"), ("kernel_drops", "kernel drops"),
+    [("switch_late_us_p99", "switch lateness"), ("endpoint_late_us_p99", "endpoint lateness"),
+     ("endpoint_nic_lost", "endpoint NIC time"), ("kernel_drops", "kernel drops"),
      ("cpu_util", "CPU utilisation")],
 )  # fmt: skip
 def test_an_input_not_measured_makes_the_run_invalid_naming_it(field, reason):
@@ -140,6 +140,9 @@ def test_a_timing_read_in_part_carries_what_was_missing():
     assert not v.valid and v.reasons == [
         "not measured: kernel drops: host h3's UDP counters unreadable"
     ]
+    # An input that is None because of a line of `missing` is named once, by that line.
+    v = judge(_with(kernel_drops=None, missing=("kernel drops: host h3 unreadable",)), LIMITS)
+    assert v.reasons == ["not measured: kernel drops: host h3 unreadable"]
 
 
 def test_a_timing_with_nothing_measured_is_invalid():

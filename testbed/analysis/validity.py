@@ -86,6 +86,9 @@ class Timing:
     # stall is one sample among thousands, yet it can make a step's P100.
     switch_late_us_max: float | None = None
     endpoint_late_us_max: float | None = None
+    # How many lateness samples the P99s rest on (a P99 of fewer than 100 is the maximum).
+    switch_late_samples: int | None = None
+    endpoint_late_samples: int | None = None
     missing: tuple[str, ...] = ()
 
 
@@ -109,6 +112,8 @@ class Verdict:
             "endpoint_nic_lost": _round(timing.endpoint_nic_lost, 4),
             "switch_late_us_max": _round(timing.switch_late_us_max, 3),
             "endpoint_late_us_max": _round(timing.endpoint_late_us_max, 3),
+            "switch_late_samples": timing.switch_late_samples,
+            "endpoint_late_samples": timing.endpoint_late_samples,
             "kernel_drops": None if timing.kernel_drops is None else int(timing.kernel_drops),
             "limits": {
                 "switch_late_us": _round(limits.switch_late_us, 3),
@@ -131,7 +136,9 @@ def judge(timing: Timing, limits: Thresholds) -> Verdict:
 
     def unmeasured(value: object, what: str) -> bool:
         if value is None:
-            reasons.append(f"not measured: {what}")
+            # Once, however many lines of `missing` already said why.
+            if not any(m.startswith(what) for m in timing.missing):
+                reasons.append(f"not measured: {what}")
             return True
         return False
 
@@ -144,13 +151,13 @@ def judge(timing: Timing, limits: Thresholds) -> Verdict:
                 f"{limits.switch_late_us:.3g} µs ({SWITCH_LATE_FRACTION:g} of a frame's "
                 "serialisation)"
             )
-    if not unmeasured(timing.endpoint_late_us_p99, "endpoint timer lateness"):
+    if not unmeasured(timing.endpoint_late_us_p99, "endpoint lateness"):
         if timing.endpoint_late_us_p99 > limits.endpoint_late_us:
             reasons.append(
                 f"endpoint timer lateness P99 {timing.endpoint_late_us_p99:.3g} µs > "
                 f"{limits.endpoint_late_us:.3g} µs ({ENDPOINT_LATE_FRACTION:g} of the base RTT)"
             )
-    if not unmeasured(timing.endpoint_nic_lost, "endpoint NIC time lost"):
+    if not unmeasured(timing.endpoint_nic_lost, "endpoint NIC time"):
         if timing.endpoint_nic_lost > limits.max_endpoint_nic_lost:
             reasons.append(
                 f"endpoint NIC idle while frames waited: {timing.endpoint_nic_lost:.1%} of its "

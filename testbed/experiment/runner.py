@@ -437,7 +437,7 @@ def _drive(
     timeline.join(5)
     monitor.join(5)
     captured = _stop_capture(name, capture, t0, workdir) if capture is not None else None
-    switch = client.call(name, {"op": "counters", "node": None}, timeout=10)["counters"]
+    switch = _counters(name)
     for node, cpu in at_go.items():
         if node in switch:
             switch[node]["cpu_s_at_go"], switch[node]["cpu_sys_s_at_go"] = cpu
@@ -513,6 +513,7 @@ def _timing(
     sw_late = interval_lateness(switch, late_at_go, "switch", need_samples=True)
     sw_drops, sw_missing = switch_kernel_drops(switch)
     missing = [*(sw_late.missing if shaped else []), *sw_missing, *drops_missing]
+    ep_samples = None
     if ep_stats is None:  # kernel baselines: the probe stands for the hosts' timers
         ep_p99, ep_max, nic = probe_p99_us, None, 0.0
         if probe_p99_us is None:
@@ -520,7 +521,7 @@ def _timing(
     else:
         ep_late = interval_lateness(ep_stats, None, "endpoint", need_samples=False)
         nic, nic_missing = nic_lost(ep_stats)
-        ep_p99, ep_max = ep_late.p99_us, ep_late.max_us
+        ep_p99, ep_max, ep_samples = ep_late.p99_us, ep_late.max_us, ep_late.samples
         missing += ep_late.missing + nic_missing
     return Timing(
         time_dilation=clock.dilation,
@@ -532,6 +533,8 @@ def _timing(
         endpoint_nic_lost=nic,
         switch_late_us_max=sw_late.max_us,
         endpoint_late_us_max=ep_max,
+        switch_late_samples=sw_late.samples,
+        endpoint_late_samples=ep_samples,
         kernel_drops=None if sw_drops is None or host_drops is None else sw_drops + host_drops,
         missing=tuple(missing),
     )
