@@ -104,3 +104,28 @@ def record_sends(net, src: str | None = None) -> list[tuple[float, int]]:
 
     net.inject = spy
     return sent
+
+
+def verdict_implied(emu: dict) -> bool:
+    """The verdict that a summary's recorded figures and limits imply (validity.judge run again
+    on them): a test compares it with the recorded `valid`, which is then more than a copy of
+    itself."""
+    from testbed.analysis.validity import Thresholds, Timing, judge
+
+    lim = emu["limits"]
+    timing = Timing(
+        time_dilation=emu["time_dilation"],
+        cpu_util=emu["cpu_util"],
+        switch_late_us_p99=emu["switch_late_us_p99"],
+        endpoint_late_us_p99=emu["endpoint_late_us_p99"],
+        kernel_drops=emu["kernel_drops"],
+        endpoint_nic_lost=emu["endpoint_nic_lost"],
+    )
+    limits = Thresholds(
+        switch_late_us=lim["switch_late_us"],
+        endpoint_late_us=lim["endpoint_late_us"],
+        max_kernel_drops=lim["kernel_drops"],
+        max_endpoint_nic_lost=lim["endpoint_nic_lost"],
+        max_cpu_util=lim["cpu_util"],
+    )
+    return judge(timing, limits).valid

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from testbed.bench.fidelity_bench import PERMUTATION_ROWS, format_fidelity_table
-from tests.conftest import tb
+from tests.conftest import tb, verdict_implied
 
 pytestmark = pytest.mark.netns
 
@@ -64,7 +64,11 @@ def test_every_run_has_a_verdict_and_its_results(bench) -> None:
         assert run["virtual_s"] > 0 and run["real_s"] > 0
         summary = json.loads((Path(run["out_dir"]) / "summary.json").read_text())
         (entry,) = summary["transports"].values()
-        assert entry["emulation"]["valid"] == run["valid"]
+        # The verdict is the one its own figures imply (not a copy of itself), and the bench
+        # reports it as recorded.
+        assert verdict_implied(entry["emulation"]) == entry["emulation"]["valid"] == run["valid"]
+        if not run["valid"]:
+            print(f"INVALID (the machine's, not the network's): {run['invalid_reasons']}")
 
 
 def test_no_row_beats_the_wire(bench) -> None:
@@ -74,15 +78,24 @@ def test_no_row_beats_the_wire(bench) -> None:
 
 
 def test_generated_evs_cover_the_paths_evenly_and_hashed_ones_do_not(bench) -> None:
-    """On the median leaf: the worst leaf is where wrr moved weight off a path that trimmed
-    (testbed.analysis.path_share.median_deviation_pct), which a 1 MB run at full load can
-    leave at ~20 % for the rest of the run (a CI run at 21:37 on 2026-12-05: leaf1 -> spine1
-    after 35 trims on that uplink, every other leaf within 2 %)."""
+    """Every leaf within ±5 % (issue 19) in a run that trimmed nothing. A trim makes wrr move
+    weight off the trimming path by design, and a 1 MB run at full load can leave that leaf at
+    ~20 % for the rest of the run (a CI run at 21:37 on 2026-12-05: leaf1 -> spine1 after 35
+    trims, every other leaf within 2 %); since ECN stopped moving generated EVs' weight, 0 of
+    21 runs trimmed. A run that did trim is held to the bound that still holds: the median
+    leaf within ±5 % (testbed.analysis.path_share.median_deviation_pct)."""
     rows = {r["row"]: r for r in bench["permutation"]}
     generated, hashed = rows["mrc"], rows["mrc-16ev"]
-    assert generated["path_share_median_dev_pct"] <= 5.0, generated["runs"]
+    for run in generated["runs"]:
+        summary = json.loads((Path(run["out_dir"]) / "summary.json").read_text())
+        (entry,) = summary["transports"].values()
+        share = entry["path_share"]
+        assert share["median_deviation_pct"] <= 5.0, share
+        if entry["trims"] == 0:
+            assert share["max_deviation_pct"] <= 5.0, share
+        else:
+            print(f"generated EVs trimmed {entry['trims']} times: worst leaf {share}")
     assert hashed["path_share_median_dev_pct"] > generated["path_share_median_dev_pct"]
-    assert generated["path_share_max_dev_pct"] >= generated["path_share_median_dev_pct"]
     assert Path(bench["path_share_plot"]).is_file()
 
 

@@ -17,7 +17,7 @@ from testbed.experiment.api import load
 from testbed.fabric.cleanup import leftovers
 from testbed.fabric.state import RUN_ROOT
 from testbed.scenario.catalog import list_scenarios
-from tests.conftest import ROOT, interruptible, tb
+from tests.conftest import ROOT, interruptible, tb, verdict_implied
 
 pytestmark = pytest.mark.netns
 
@@ -33,37 +33,42 @@ def fabrics() -> set[str]:
 
 
 @pytest.mark.parametrize("name", SHIPPED)
+@pytest.mark.flaky(reruns=0)
 def test_shipped_scenario_passes_quick_for_mrc(name, tmp_path):
-    """Best of three: the machine is shared, and a run starved of CPU measures the machine
-    (a CI run on a slow hour failed two tries of allreduce-under-failure on spurious RTOs)."""
+    """Judged once, as a user's run is: valid and its expectations met. Under `auto` the runner
+    itself reruns an invalid run at a higher N (the product's own behaviour, counted in
+    `reruns`); the test does not retry on top of that, and a run that stays invalid fails
+    saying it is the machine's fault, with the verdict's reasons."""
     before = fabrics()
-    outputs = []
-    for attempt in range(3):
-        out = tmp_path / f"try{attempt}"
-        # --allow-invalid: these real-time scenarios are judged on their expectations here;
-        # the validity verdict is printed and checked for shape (its own tests judge it).
-        # --transport mrc: the exit status is mrc's alone (bursty-loss also runs tcp, whose
-        # kernel-chosen port crosses the lossy link or not, and failed its limits when it did).
-        proc = run(name, "--quick", "--transport", "mrc", "--out", str(out), "--allow-invalid")
-        outputs.append(proc.stdout[-1500:] + proc.stderr[-800:])
-        summary = json.loads((out / "summary.json").read_text())
-        mrc = summary["transports"]["mrc"]
-        # The results folder is complete whatever the verdict.
-        for f in ("report.md", "goodput.csv", "goodput.png"):
-            assert (out / f).is_file(), f
-        assert proc.returncode == (0 if mrc["expectations"]["passed"] else 1)
-        emu = summary["emulation"]
-        wanted = load(name).emulation.time_dilation
-        assert emu["time_dilation"] == wanted if wanted != "auto" else emu["time_dilation"] >= 1
-        assert emu["valid"] == (not emu["invalid_reasons"])
-        assert emu["real_s"] > 0 and emu["virtual_s"] > 0
-        print(f"\n{name} try {attempt}: " + json.dumps({k: mrc[k] for k in (
-            "goodput_mbps", "max_stall_ms", "failover_ms", "step_time_ms")}) + " emulation "
-            + json.dumps(summary["emulation"]))  # fmt: skip
-        if proc.returncode == 0:
-            break
-    assert proc.returncode == 0, "\n---\n".join(outputs)
+    out = tmp_path / "out"
+    # --transport mrc: the exit status is mrc's alone (bursty-loss also runs tcp, whose
+    # kernel-chosen port crosses the lossy link or not, and failed its limits when it did).
+    proc = run(name, "--quick", "--transport", "mrc", "--out", str(out))
+    output = proc.stdout[-1500:] + proc.stderr[-800:]
+    summary = json.loads((out / "summary.json").read_text())
+    mrc = summary["transports"]["mrc"]
+    # The results folder is complete whatever the verdict.
+    for f in ("report.md", "goodput.csv", "goodput.png"):
+        assert (out / f).is_file(), f
+    emu = summary["emulation"]
+    print(f"\n{name}: " + json.dumps({k: mrc[k] for k in (
+        "goodput_mbps", "max_stall_ms", "failover_ms", "step_time_ms")}) + " emulation "
+        + json.dumps(mrc["emulation"]))  # fmt: skip
     assert fabrics() == before, "the run left a fabric behind"
+    wanted = load(name).emulation.time_dilation
+    assert emu["time_dilation"] == wanted if wanted != "auto" else emu["time_dilation"] >= 1
+    assert emu["valid"] == (not emu["invalid_reasons"])
+    assert verdict_implied(mrc["emulation"]) == emu["valid"]
+    assert emu["real_s"] > 0 and emu["virtual_s"] > 0
+    if not emu["valid"]:
+        assert proc.returncode == 3, output
+        pytest.fail(
+            f"{name}: INVALID on this machine (the emulator did not keep up: the machine's "
+            f"fault, not the scenario's): {'; '.join(emu['invalid_reasons'])}",
+            pytrace=False,
+        )
+    assert proc.returncode == (0 if mrc["expectations"]["passed"] else 1), output
+    assert proc.returncode == 0, output
     for e, entry in zip(summary["events"], mrc["applied_events"], strict=True):
         # Events are applied at their time, within the control path's few milliseconds.
         assert entry is not None and abs(entry - e["at"]) < 0.1, (e, entry)
