@@ -5,11 +5,12 @@ under /run/testbed. Python's defaults kill the process on SIGTERM and SIGHUP wit
 single ``finally``, and a KeyboardInterrupt can land in the middle of a teardown and cut it
 short. So the command line runs every command under `install()`:
 
-- the first of these signals raises `Interrupted` (a KeyboardInterrupt carrying the signal) in
-  the main thread, so every ``finally`` and context manager on the way out tears down what it
-  built; later ones are not raised again (the teardown under way is the answer to them);
+- each of these signals raises `Interrupted` (a KeyboardInterrupt carrying the signal) in the
+  main thread, so every ``finally`` and context manager on the way out tears down what it
+  built;
 - code that must not be cut in two -- starting a supervisor and recording it, a teardown --
-  runs inside `deferred()`: a signal that arrives there is raised when the block ends;
+  runs inside `deferred()`: a signal that arrives there is raised when the block ends, unless
+  an `Interrupted` is already unwinding the run (the teardown under way is the answer to it);
 - a SIGHUP usually means the terminal is gone: stdout and stderr are pointed at /dev/null
   first, so the teardown's progress lines cannot fail it with EIO.
 
@@ -49,7 +50,7 @@ _installed = False  # between `install()` and `uninstall()`
 _depth = 0  # nesting of deferred() blocks
 _pending: int | None = None  # a signal that arrived inside deferred()
 _received: int | None = None  # the first signal this process got (its exit status)
-_raised = False  # an Interrupted is already unwinding the run
+_raised = False  # an Interrupted was raised: the run is unwinding
 
 
 def _handler(signum: int, _frame: FrameType | None) -> None:
@@ -61,8 +62,6 @@ def _handler(signum: int, _frame: FrameType | None) -> None:
     if _depth > 0:
         if _pending is None:
             _pending = signum
-        return
-    if _raised:
         return
     _raised = True
     raise Interrupted(signum)
