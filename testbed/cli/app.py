@@ -377,12 +377,10 @@ def main(argv: list[str] | None = None) -> int:
     old = interrupts.install()
     own_fabrics(args.cmd != "up")
     try:
-        rc = _run(args)
+        return _run(args)
     finally:
         own_fabrics(False)
         interrupts.uninstall(old)
-    sig = interrupts.received()
-    return rc if sig is None else 128 + sig
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -409,7 +407,14 @@ def _run(args: argparse.Namespace) -> int:
         return 128 + sig
     except BrokenPipeError:  # `testbed counters | head`
         sys.stderr.close()
-        return 0
+        return 0 if interrupts.received() is None else 128 + interrupts.received()
+    except Exception:
+        # A failure the interrupt caused (an endpoint that got the terminal's signal too):
+        # the run was interrupted, and its status says so. Any other is a bug: its traceback.
+        if interrupts.received() is None:
+            raise
+        _say(f"testbed: interrupted by {_signame(interrupts.received())}; torn down")
+        return 128 + interrupts.received()
 
 
 def _signame(sig: int) -> str:
