@@ -219,8 +219,8 @@ def _ep(*samples: float) -> dict:
     return {"timer_late_hist": _hist(*samples), "nic_lost_bytes": 0, "nic_sent_bytes": 1000}
 
 
-def _run_timing(switch, ep_stats, host_drops=0, drops_missing=(), probe=1.0, shaped=True):
-    clock = SimpleNamespace(dilation=100.0)
+def _run_timing(switch, ep_stats, host_drops=0, drops_missing=(), probe=1.0, shaped=True, n=100.0):
+    clock = SimpleNamespace(dilation=n)
     return _timing(clock, 1.0, 0.01, 0.5, switch, {}, host_drops, list(drops_missing),
                    ep_stats, probe, shaped)  # fmt: skip
 
@@ -259,6 +259,11 @@ def test_kernel_baselines_lean_on_the_probe_and_fail_closed_without_it():
     assert judge(_run_timing({"leaf1": _switch(1.0)}, None, probe=2.0), LIMITS).valid
     v = judge(_run_timing({"leaf1": _switch(1.0)}, None, probe=None), LIMITS)
     assert not v.valid and "the monitor's probe took no sample" in v.reasons[0]
+
+
+def test_a_real_time_run_may_have_no_due_departure():
+    """N = 1: a light load leaves within the 500 µs early window, no departure is ever due."""
+    assert judge(_run_timing({"leaf1": _switch()}, {"h1": _ep()}, n=1.0), LIMITS).valid
 
 
 def test_unshaped_links_need_no_switch_samples():
