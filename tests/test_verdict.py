@@ -35,7 +35,7 @@ from testbed.experiment.runner import Outcome, RunResult, _overall_verdict, _tim
 @pytest.mark.parametrize(
     ("n", "p", "index"),
     [(1, 99, 0), (100, 99, 98), (101, 99, 99), (200, 99, 197), (100, 100, 99), (100, 50, 49),
-     (3, 50, 1), (4, 50, 1), (10, 0, 0)],
+     (3, 50, 1), (4, 50, 1), (10, 0, 0), (10, 99, 9), (50, 99, 49), (1000, 99, 989)],
 )  # fmt: skip
 def test_nearest_rank_is_the_ceil_of_p_n_th_smallest(n, p, index):
     assert rank(n, p) == index
