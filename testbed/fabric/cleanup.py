@@ -172,7 +172,7 @@ def clean_all(include_live: bool = False) -> dict[str, list[str]]:
 
 
 def leftovers(name: str) -> list[str]:
-    """What of fabric `name` still exists (used by tests and `testbed clean --check`)."""
+    """What of fabric `name` still exists (tests, and `tear_down`, which reports it)."""
     found = []
     if (RUN_ROOT / name).exists():
         found.append(str(RUN_ROOT / name))
