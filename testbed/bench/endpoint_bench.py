@@ -38,6 +38,7 @@ from contracts.ports import ROCEV2_UDP_PORT
 from contracts.runtime import PACKAGE_ROOT, child_env
 from endpoint.metrics import placed_samples
 from testbed.analysis import metrics as tm
+from testbed.analysis.emulator_timing import switch_kernel_drops
 from testbed.fabric import client
 from testbed.fabric.failures import ctl_request
 from testbed.fabric.lifecycle import FabricError
@@ -166,7 +167,12 @@ def switch_counters(name: str) -> dict:
 
 
 def kernel_drops(name: str) -> int:
-    return sum(c.get("kernel_drops", 0) for c in switch_counters(name).values())
+    """The fabric's switches' kernel drops so far; an unreadable figure stops the bench (fail
+    closed: never reported as 0 drops)."""
+    total, missing = switch_kernel_drops(switch_counters(name))
+    if total is None:
+        raise RuntimeError("; ".join(missing))
+    return total
 
 
 def fabric_trims(name: str) -> int:
