@@ -92,7 +92,6 @@ import math
 import re
 import shutil
 import signal
-import statistics
 import subprocess
 import threading
 import time
@@ -101,6 +100,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from contracts.stats import percentile
 from testbed.fabric import client
 from testbed.harness.records import FlowRecord, Message, TransportRun
 from testbed.scenario import AllreduceWorkload, Flow, Scenario, flows, workload_hosts
@@ -813,7 +813,7 @@ class KernelBaseline:
             retransmits_netns=retrans,
             retransmits_json=json_retrans,
             startup_ms={
-                "p50": statistics.median(startup) if startup else None,
+                "p50": percentile(startup, 50),  # contracts.stats: nearest rank
                 "max": max(startup) if startup else None,
             },
         )
