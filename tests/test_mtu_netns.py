@@ -101,9 +101,12 @@ def test_an_mrc_bulk_completes_in_frames_that_fill_the_mtu(fabric) -> None:
     cpu = {h: stats[h]["process"]["cpu_s"] - stats0[h]["process"]["cpu_s"] for h in ("h1", "h2")}
     cpu |= {n: after[n]["cpu_s"] - counters0[n]["cpu_s"] for n in after}
     us = {n: round(s / packets * 1e6, 1) for n, s in cpu.items()}
-    for h in ("h1", "h2"):  # the largest lateness of the run bounds its recent P99
+    for h in ("h1", "h2"):  # the largest lateness of the run bounds its P99
         proc = stats[h]["process"]
-        assert proc["timer_late_us_max"] >= proc["timer_late_us_p99"] >= 0.0, proc
+        if proc["timer_late_samples"] == 0:  # no timer came due: nothing measured, no P99
+            assert proc["timer_late_us_p99"] is None and proc["timer_late_us_max"] == 0.0, proc
+        else:
+            assert proc["timer_late_us_max"] >= proc["timer_late_us_p99"] >= 0.0, proc
     print(
         f"\nFIGURES mtu {fab.params.mtu}: {packets} frames leaf1->spine1, "
         f"{per_frame:.1f} B each (full: {frame}); h2 received "
