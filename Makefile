@@ -11,7 +11,7 @@ PY := $(VENV)/bin/python
 # scripts/setup.sh and scripts/demo.sh read it.
 export TESTBED_VENV := $(abspath $(VENV))
 
-.PHONY: setup test demo lint format clean
+.PHONY: setup test check demo lint format clean
 
 setup:
 	bash scripts/setup.sh
@@ -20,6 +20,11 @@ test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest
+
+# Lint and the pure tests (no root, no namespaces) on both cores: under two minutes.
+check: setup
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/lint-imports
+	$(PY) -m pytest -m "not netns" -n 2 -q
 
 demo: setup
 	bash scripts/demo.sh

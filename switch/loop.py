@@ -44,9 +44,7 @@ def _record_late(switches: list[Switch], late_us: float) -> None:
         sw.late.add(late_us)
 
 
-def serve_due(
-    switches: list[Switch], service, now: float, deadline: float | None
-) -> float | None:
+def serve_due(switches: list[Switch], service, now: float, deadline: float | None) -> float | None:
     """Serve the egress timers at `now` and return the next deadline; if the previous
     `deadline` had come due, record by how much it was late (virtual µs), however the loop
     got here."""

@@ -192,9 +192,7 @@ def cmd_counters(args: argparse.Namespace) -> int:
             print(f"{sw:18} ERROR {c['error']}")
             continue
         extra = f"  switch drops {c['drops']}" if c["drops"] else ""
-        print(
-            f"{sw}: kernel drops {c['kernel_drops']}, timer late p99 {_late(c)}{extra}"
-        )
+        print(f"{sw}: kernel drops {c['kernel_drops']}, timer late p99 {_late(c)}{extra}")
         for port, pc in c["ports"].items():
             drops = ",".join(f"{k}={v}" for k, v in pc["drops"].items()) or "-"
             print(

@@ -458,8 +458,12 @@ def _drive(
         cpu_util=cpu_util,
         timer_jitter_us_p99=max(
             x
-            for x in (monitor.jitter_p99_us(), timing.switch_late_us_p99,
-                      timing.endpoint_late_us_p99, 0.0)
+            for x in (
+                monitor.jitter_p99_us(),
+                timing.switch_late_us_p99,
+                timing.endpoint_late_us_p99,
+                0.0,
+            )
             if x is not None
         ),  # fmt: skip
         kernel_drops=timing.kernel_drops or 0,
