@@ -31,6 +31,7 @@ transport: mrc
 workload: {kind: permutation, bytes: 100KB}
 duration_s: 2
 seed: 1
+emulation: {max_reruns: 3}   # auto may start at an N the endpoints barely keep up with
 """
 
 
@@ -79,9 +80,9 @@ def test_a_switch_that_reports_no_lateness_makes_the_run_invalid(scenario, tmp_p
 
     monkeypatch.setattr(runner, "_counters", without_spine1_lateness)
     outcome = run_scenario(
-        load(scenario), ["mrc"], tmp_path / "out", time_dilation=10,
+        load(scenario), ["mrc"], tmp_path / "out", time_dilation=40,
         progress=Progress(stream=sys.stderr, live=False),
     )  # fmt: skip
     assert not outcome.valid
     reasons = outcome.summary["emulation"]["invalid_reasons"]
-    assert reasons == ["mrc: not measured: switch lateness: spine1 reported no lateness histogram"]
+    assert "mrc: not measured: switch lateness: spine1 reported no lateness histogram" in reasons
