@@ -45,7 +45,10 @@ if [ ! -x "$VENV/bin/python" ]; then
     log "creating venv $VENV from $PY"
     "$PY" -m venv "$VENV"
 fi
-stamp="$VENV/.installed-$(sha1sum "$HERE/pyproject.toml" | cut -c1-12)"
+# The stamp covers what the install builds: the metadata and the C extensions' sources (setup.py
+# builds them in place; a changed source needs a rebuild).
+stamp="$VENV/.installed-$(cat "$HERE/pyproject.toml" "$HERE/setup.py" "$HERE"/switch/*.c \
+    "$HERE"/endpoint/*.c 2>/dev/null | sha1sum | cut -c1-12)"
 if [ ! -e "$stamp" ]; then
     log "installing the project and its test extras into $VENV"
     "$VENV/bin/pip" install -q --upgrade pip
