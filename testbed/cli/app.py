@@ -7,9 +7,11 @@ Errors are one line naming the bad argument, with exit status 2; the commands th
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 
+from contracts import datapath
 from contracts.defaults import ECMP_HASHES, FORWARDINGS
 from contracts.framing import MAX_MTU, MIN_MTU
 from contracts.project import __version__
@@ -84,6 +86,17 @@ def _named(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return p
 
 
+def _datapath_flag(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """`--datapath c|python` (contracts.datapath): what every switch and endpoint runs."""
+    p.add_argument(
+        "--datapath",
+        choices=datapath.DATAPATHS,
+        help="c: the compiled data path (the default where it is built); python: the readable "
+        f"reference path (${datapath.ENV} sets the default; docs/performance.md)",
+    )
+    return p
+
+
 def _fabric_commands(sub, named) -> None:
     """up, inspect, exec, ctl, counters, cli, down, clean: one fabric's life."""
     up = named(sub.add_parser("up", help="build a fabric and leave it running"))
@@ -147,6 +160,7 @@ def _fabric_commands(sub, named) -> None:
         help="one switch process per switch node (the default) or one for all of them "
         f"(${SWITCH_LAYOUT_ENV} sets the default; docs/fabric.md)",
     )
+    _datapath_flag(up)
     up.set_defaults(func=cmd_up)
 
     ins = named(sub.add_parser("inspect", help="nodes, NICs, addresses, ports, PIDs"))
@@ -272,6 +286,7 @@ def _scenario_commands(sub) -> None:
             default="png",
             help="file format of every plot (default png; svg and pdf for papers)",
         )
+        _datapath_flag(rp)
         if cmd == "run":
             rp.add_argument("--transport", help="run this transport (or a,b,...) instead")
             rp.set_defaults(func=cmd_run)
@@ -304,6 +319,7 @@ def _soak_command(sub) -> None:
     sk.add_argument("--mttr", type=float, default=None, metavar="S",
                     help="mean seconds a failure lasts (default 3; --quick 2)")  # fmt: skip
     sk.add_argument("--json", action="store_true", help="print summary.json on stdout")
+    _datapath_flag(sk)
     sk.set_defaults(func=cmd_soak)
 
 
@@ -346,6 +362,7 @@ def _bench_and_lab_commands(sub) -> None:
         choices=["permutation", "slow-link", "incast"],
         help="fidelity: run one section of the bench",
     )
+    _datapath_flag(be)
     be.set_defaults(func=cmd_bench)
 
     lab = sub.add_parser("lab", help="teaching labs: list them, grade your code")
@@ -384,10 +401,28 @@ def main(argv: list[str] | None = None) -> int:
         interrupts.uninstall(old)
 
 
+def _apply_datapath(args: argparse.Namespace) -> None:
+    """Check the data path asked for before anything is built, then hand it to every process
+    this command starts (they inherit $TESTBED_DATAPATH); say so once if the Python path runs
+    only because the compiled one is missing."""
+    value = getattr(args, "datapath", None)
+    if value is None and not hasattr(args, "datapath"):
+        return
+    datapath.check(value, "--datapath" if value is not None else datapath.ENV)
+    if value is not None:
+        os.environ[datapath.ENV] = value
+    else:
+        note = datapath.notice()
+        if note is not None:
+            _say(f"testbed: {note}")
+
+
 def _run(args: argparse.Namespace) -> int:
     try:
+        _apply_datapath(args)
         return args.func(args)
     except (
+        datapath.DatapathError,
         CliError,
         FabricError,
         FailureError,

@@ -41,6 +41,7 @@ from typing import Any, TextIO
 
 from rich.live import Live
 
+from contracts import datapath
 from contracts.clock import MAX_DILATION, Clock
 from contracts.stats import LateHistogram, percentile
 from endpoint.config import TransportConfig
@@ -706,6 +707,9 @@ def _run_all(
     summary["provenance"] = provenance(sc)
     summary.update(annotate)
     summary["emulation"].update(_overall_verdict(sc, results, dilation))
+    # What forwarded and what carried the bytes (contracts.datapath; docs/performance.md).
+    summary["emulation"]["datapath"] = datapath.check(None, datapath.ENV)
+    summary["emulation"]["payload"] = "real"
     if skipped:
         summary["skipped"] = skipped
     for t, r in results.items():

@@ -1,0 +1,90 @@
+"""The data path choice (contracts.datapath): one-line errors naming the key, before anything
+is built; the compiled path by default only where it is built; what a run records."""
+
+from __future__ import annotations
+
+import pytest
+
+from contracts import datapath
+from testbed.cli.app import main
+
+
+@pytest.fixture(autouse=True)
+def _clean(monkeypatch):
+    monkeypatch.delenv(datapath.ENV, raising=False)
+    datapath._missing_cache.clear()
+    yield
+    datapath._missing_cache.clear()
+
+
+def _built(monkeypatch, switch: bool, endpoint: bool) -> None:
+    state = {"switch": switch, "endpoint": endpoint}
+    monkeypatch.setattr(
+        datapath, "missing", lambda c: None if state[c] else f"{datapath.EXTENSIONS[c]} gone"
+    )
+
+
+def test_default_is_compiled_only_where_built(monkeypatch):
+    _built(monkeypatch, True, True)
+    assert datapath.check(None) == "c"
+    assert datapath.notice() is None
+    _built(monkeypatch, False, False)
+    assert datapath.check(None) == "python"
+    assert datapath.notice() == (
+        "note: the Python data path runs (switch._core gone; endpoint._burst gone)"
+    )
+    _built(monkeypatch, True, False)
+    assert datapath.check(None) == "mixed"
+    assert datapath.resolve("switch") == "c"
+    assert datapath.resolve("endpoint") == "python"
+
+
+def test_explicit_c_without_the_extension_is_an_error_naming_the_key(monkeypatch):
+    _built(monkeypatch, True, False)
+    with pytest.raises(datapath.DatapathError, match=r"^--datapath: c asked for, but endpoint"):
+        datapath.check("c", "--datapath")
+    assert datapath.check("python", "--datapath") == "python"  # always possible
+
+
+def test_environment_value_is_validated(monkeypatch):
+    _built(monkeypatch, True, True)
+    monkeypatch.setenv(datapath.ENV, "rust")
+    with pytest.raises(datapath.DatapathError, match=r"^TESTBED_DATAPATH: 'rust' is not one"):
+        datapath.resolve("switch")
+    monkeypatch.setenv(datapath.ENV, "python")
+    assert datapath.resolve("switch") == "python"
+    assert datapath.notice() is None  # asked for: nothing to explain
+
+
+def test_missing_reports_a_real_import_failure(monkeypatch):
+    monkeypatch.setitem(datapath.EXTENSIONS, "switch", "switch._no_such_extension")
+    reason = datapath.missing("switch")
+    assert reason is not None and reason.startswith("switch._no_such_extension is not built")
+
+
+def test_cli_refuses_before_building_anything(monkeypatch, capsys, tmp_path):
+    _built(monkeypatch, False, False)
+    rc = main(["run", "link-failure", "--datapath", "c", "--out", str(tmp_path / "r")])
+    assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("testbed: --datapath: c asked for")
+    assert not (tmp_path / "r").exists()
+
+
+def test_cli_hands_the_choice_to_child_processes(monkeypatch):
+    _built(monkeypatch, False, False)
+    seen = {}
+
+    def fake(args):
+        import os
+
+        seen["env"] = os.environ.get(datapath.ENV)
+        return 0
+
+    monkeypatch.setattr("testbed.cli.app.cmd_run", fake)
+    from testbed.cli import app
+
+    args = app.build_parser().parse_args(["run", "x", "--datapath", "python"])
+    args.func = fake
+    assert app._run(args) == 0
+    assert seen["env"] == "python"
