@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from contracts.framing import mrc_payload
 from testbed.bench import capacity_bench as cap
 from testbed.bench import fidelity_bench as fid
 from testbed.experiment.api import load
@@ -92,6 +93,35 @@ def test_a_shared_switch_process_is_counted_once():
     assert cap.switch_cpu_s(shared, since_go=True) == pytest.approx(0.6)
     assert cap.switch_cpu_us_per_hop(shared) == round(0.6 / 3000 * 1e6, 2)
     assert cap.switch_kernel_us_per_hop(shared) == round(0.3 / 3000 * 1e6, 2)
+
+
+def test_endpoint_cpu_is_the_run_share_and_fails_closed():
+    stats = {
+        "at_go": {"h1": {"cpu_s": 0.1}, "h2": {"cpu_s": 0.0}},
+        "end": {"h1": {"cpu_s": 0.6}, "h2": {"cpu_s": 0.25}},
+    }
+    assert cap.endpoint_cpu_s(stats) == pytest.approx(0.75)
+    assert cap.endpoint_cpu_s(None) is None
+    stats["end"]["h2"] = None  # a host that did not answer: not measured, never 0
+    assert cap.endpoint_cpu_s(stats) is None
+
+
+def test_cpu_breakdown_per_delivered_data_packet():
+    payload = mrc_payload(1500)
+    stats = {"at_go": {"h1": {"cpu_s": 0.0}}, "end": {"h1": {"cpu_s": 0.5}}}
+    counters = {"leaf1": {"cpu_s": 0.5, "cpu_sys_s": 0.1, "ports": {"a": {"tx_packets": 5000}}}}
+    b = cap.cpu_breakdown(counters, stats, 1000 * payload, 1500)
+    assert b["data_packets"] == 1000
+    assert b["switch_us_per_data_packet"] == 500.0
+    assert b["switch_kernel_us_per_data_packet"] == 100.0
+    assert b["endpoint_us_per_data_packet"] == 500.0
+    assert b["total_us_per_data_packet"] == 1000.0
+    assert b["total_us_per_hop"] == 200.0
+    assert b["hops_per_data_packet"] == 5.0
+    missing = cap.cpu_breakdown(counters, None, 1000 * payload, 1500)
+    assert missing["endpoint_us_per_data_packet"] is None
+    assert missing["total_us_per_data_packet"] is None
+    assert cap.cpu_breakdown(counters, stats, 0, 1500)["switch_us_per_data_packet"] is None
 
 
 def test_needed_dilation():
@@ -376,3 +406,42 @@ def test_fidelity_table_with_only_the_slow_link_section():
     assert "mrc-reps-late-ecn" in text and "67.1 / 61.0" in text and "58.2" in text
     assert "10.486" in text
     assert "permutation, per-flow" not in text and "incast" not in text
+
+
+def test_datapath_ratios_pair_each_fabric_measured_on_both_paths():
+    results = [
+        {
+            "fabric": "4x4x4",
+            "datapath": "python",
+            "hops_per_real_s": 5000,
+            "smallest_valid_n": 8000,
+        },
+        {"fabric": "4x4x4", "datapath": "c", "hops_per_real_s": 40000, "smallest_valid_n": 1000},
+        {
+            "fabric": "4x8x4",
+            "datapath": "python",
+            "hops_per_real_s": None,
+            "smallest_valid_n": None,
+        },
+        {"fabric": "4x8x4", "datapath": "c", "hops_per_real_s": 30000, "smallest_valid_n": 2000},
+        {"fabric": "2x2x2", "datapath": "c", "hops_per_real_s": 1, "smallest_valid_n": 1},
+    ]
+    assert cap.datapath_ratios(results) == [
+        {"fabric": "4x4x4", "hops_per_real_s_c_vs_python": 8.0, "n_python_vs_c": 8.0},
+        # no valid Python run: no ratio, never a made-up one
+        {"fabric": "4x8x4", "hops_per_real_s_c_vs_python": None, "n_python_vs_c": None},
+    ]
+
+
+def test_a_full_run_measures_both_datapaths_where_c_is_built(monkeypatch):
+    from contracts import datapath
+
+    monkeypatch.delenv(datapath.ENV, raising=False)
+    monkeypatch.setattr(datapath, "missing", lambda c: None)
+    assert cap._datapaths(quick=False) == ("python", "c")
+    assert cap._datapaths(quick=True) == ("c",)
+    monkeypatch.setenv(datapath.ENV, "python")
+    assert cap._datapaths(quick=False) == ("python",)
+    monkeypatch.delenv(datapath.ENV)
+    monkeypatch.setattr(datapath, "missing", lambda c: "not built")
+    assert cap._datapaths(quick=False) == ("python",)

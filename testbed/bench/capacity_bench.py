@@ -24,6 +24,7 @@ permutation at 10 Gbps, 1 µs links:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -32,7 +33,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from contracts import datapath
 from contracts.clock import MAX_DILATION
+from contracts.framing import mrc_payload
 from testbed.analysis.validity import is_valid
 from testbed.bench.endpoint_bench import BenchError, bench_meta
 from testbed.experiment.api import load
@@ -135,6 +138,48 @@ def switch_kernel_us_per_hop(counters: dict) -> float | None:
     return round(switch_cpu_s(counters, "cpu_sys_s", True) / hops * 1e6, 2) if hops else None
 
 
+def endpoint_cpu_s(stats: dict | None) -> float | None:
+    """The endpoint processes' CPU seconds from go to the end (endpoint_stats.json: each
+    host's `cpu_s` at the end less at go); None if any host's figure is missing."""
+    if not stats or not stats.get("end"):
+        return None
+    total = 0.0
+    for host, end in stats["end"].items():
+        go = (stats.get("at_go") or {}).get(host)
+        if not isinstance(end, dict) or not isinstance(go, dict):
+            return None
+        total += end["cpu_s"] - go["cpu_s"]
+    return total
+
+
+def cpu_breakdown(
+    counters: dict, ep_stats: dict | None, delivered_bytes: int, mtu: int
+) -> dict[str, float | None]:
+    """Where the CPU of a delivered data packet goes, in µs: the switch processes (and their
+    kernel share), the endpoint processes, and the sum, over the delivered bytes in full data
+    packets of `mtu` (a permutation's messages are MTU-sized but for their last packet, so
+    this is within a packet per flow of the count); and the same per packet-hop."""
+    packets = delivered_bytes / mrc_payload(mtu) if delivered_bytes else 0
+    hops = fabric_hops(counters)
+    sw = switch_cpu_s(counters, since_go=True)
+    sw_sys = switch_cpu_s(counters, "cpu_sys_s", True)
+    ep = endpoint_cpu_s(ep_stats)
+
+    def per(x: float | None, n: float) -> float | None:
+        return round(x / n * 1e6, 2) if x is not None and n else None
+
+    total = sw + ep if ep is not None else None
+    return {
+        "data_packets": round(packets),
+        "switch_us_per_data_packet": per(sw, packets),
+        "switch_kernel_us_per_data_packet": per(sw_sys, packets),
+        "endpoint_us_per_data_packet": per(ep, packets),
+        "total_us_per_data_packet": per(total, packets),
+        "total_us_per_hop": per(total, hops),
+        "hops_per_data_packet": round(hops / packets, 2) if packets else None,
+    }
+
+
 def needed_dilation(demand_hops_per_s: float, budget_hops_per_s: float) -> float | None:
     """The N at which `demand` (virtual) fits in `budget` (real), not rounded."""
     if budget_hops_per_s <= 0:
@@ -170,6 +215,8 @@ def one_run(fabric: str, n: float, out_dir: Path) -> dict[str, Any]:
     emu = entry["emulation"]
     counters = json.loads((out_dir / "raw" / TRANSPORT / "switch_counters.json").read_text())
     hops = fabric_hops(counters)
+    ep_file = out_dir / "raw" / TRANSPORT / "endpoint_stats.json"
+    ep_stats = json.loads(ep_file.read_text()) if ep_file.exists() else None
     flows = entry.get("flows", [])
     rec = {
         "time_dilation": n,
@@ -183,6 +230,8 @@ def one_run(fabric: str, n: float, out_dir: Path) -> dict[str, Any]:
         "switch_cpu_us_per_hop": switch_cpu_us_per_hop(counters),
         "switch_kernel_us_per_hop": switch_kernel_us_per_hop(counters),
         "cpu_util": emu.get("cpu_util"),
+        "datapath": outcome.summary["emulation"].get("datapath"),
+        "cpu": cpu_breakdown(counters, ep_stats, entry.get("delivered_bytes", 0), sc.topology.mtu),
         "flows_done": sum(f.get("fct_ms") is not None for f in flows),
         "flows": len(flows),
         "goodput_fraction": _round(
@@ -258,6 +307,56 @@ def _switch_bench_cost() -> dict:
     }
 
 
+def _datapaths(quick: bool) -> tuple[str, ...]:
+    """The data paths a run measures: the one asked for ($TESTBED_DATAPATH, i.e. --datapath);
+    else a full run measures both where the compiled one is built (Python first: the baseline
+    of the same run), a quick run only the default."""
+    asked = datapath.requested()
+    if asked is not None:
+        return (asked,)
+    default = datapath.check(None)
+    if quick or default != datapath.C:
+        return (default,)
+    return (datapath.PYTHON, datapath.C)
+
+
+@contextlib.contextmanager
+def _datapath(path: str):
+    """$TESTBED_DATAPATH = `path` for the processes started inside (restored after)."""
+    old = os.environ.get(datapath.ENV)
+    os.environ[datapath.ENV] = path
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(datapath.ENV, None)
+        else:
+            os.environ[datapath.ENV] = old
+
+
+def datapath_ratios(results: list[dict]) -> list[dict]:
+    """Per fabric measured on both data paths: the compiled path's valid hops per real
+    second and smallest valid N against the Python path's of the same run."""
+    by = {(r["fabric"], r.get("datapath")): r for r in results}
+    out = []
+    for fabric in dict.fromkeys(r["fabric"] for r in results):
+        py, c = by.get((fabric, datapath.PYTHON)), by.get((fabric, datapath.C))
+        if py is None or c is None:
+            continue
+        hops = (
+            round(c["hops_per_real_s"] / py["hops_per_real_s"], 2)
+            if c["hops_per_real_s"] and py["hops_per_real_s"]
+            else None
+        )
+        n = (
+            round(py["smallest_valid_n"] / c["smallest_valid_n"], 2)
+            if c["smallest_valid_n"] and py["smallest_valid_n"]
+            else None
+        )
+        out.append({"fabric": fabric, "hops_per_real_s_c_vs_python": hops, "n_python_vs_c": n})
+    return out
+
+
 def default_results_dir() -> Path:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     return Path("results") / f"bench-capacity-{stamp}"
@@ -268,6 +367,7 @@ def run_capacity_bench(
     time_dilation: float | str = "auto",
     out: Path | None = None,
     switch_baseline: bool | None = None,
+    datapaths: tuple[str, ...] | None = None,
 ) -> dict:
     """The whole capacity bench; returns the docs/design.md "Benchmark output"-shaped object.
 
@@ -279,7 +379,13 @@ def run_capacity_bench(
     start = None if time_dilation == "auto" else float(time_dilation)
     fabrics = QUICK_FABRICS if quick else tuple(FABRICS)
     steps = QUICK_MAX_STEPS if quick else MAX_STEPS
-    results = [search_fabric(f, out, steps, start) for f in fabrics]
+    paths = datapaths if datapaths is not None else _datapaths(quick)
+    results = []
+    for f in fabrics:
+        for path in paths:
+            with _datapath(path):
+                sub = out if len(paths) == 1 else out / path
+                results.append({"datapath": path, **search_fabric(f, sub, steps, start)})
     want_switch = (not quick) if switch_baseline is None else switch_baseline
     switch_cost = (
         _switch_bench_cost()
@@ -290,7 +396,9 @@ def run_capacity_bench(
     return {
         "bench": "capacity",
         "link_mbps": LINK_MBPS,
+        "datapaths": list(paths),
         "fabrics": results,
+        "ratios": datapath_ratios(results),
         "budget_hops_per_real_s": budget,
         "budget_from": results[0]["fabric"],
         "switch_bench": switch_cost,
@@ -320,7 +428,7 @@ def format_capacity_table(d: dict) -> str:
         f"{d['link_mbps'] / 1000:g} Gbps links, {d['meta']['cpus']} cores, load "
         f"{d['meta']['load_avg'][0]:.1f}" + (" (quick: 2x2x2 only)" if d["meta"]["quick"] else ""),
         "",
-        f"  {'fabric':7} {'hosts':>5} {'Gbps':>5} {'auto N':>7} {'smallest valid N':>17} "
+        f"  {'fabric':7} {'path':6} {'hosts':>5} {'Gbps':>5} {'auto N':>7} {'smallest valid N':>17} "
         f"{'hops/real s':>12} {'sw CPU us/hop':>14} {'of it kernel':>12} {'wall s':>7}   "
         "N=1 baseline",
     ]
@@ -329,21 +437,36 @@ def format_capacity_table(d: dict) -> str:
         n = f["smallest_valid_n"]
         ncell = "none valid" if n is None else f"{n:g}" + ("" if f["bracketed"] else " (upper)")
         lines.append(
-            f"  {f['fabric']:7} {f['hosts']:>5} {f['aggregate_gbps']:>5g} "
+            f"  {f['fabric']:7} {f.get('datapath') or '-':6} {f['hosts']:>5} {f['aggregate_gbps']:>5g} "
             f"{f['auto_predicted_n']:>7g} {ncell:>17} {_c(f['hops_per_real_s']):>12} "
             f"{_c(f['switch_cpu_us_per_hop'], '{:.1f}'):>14} "
             f"{_c(f.get('switch_kernel_us_per_hop'), '{:.1f}'):>12} {f['wall_s']:>7.0f}   "
             f"{'valid' if b['valid'] else 'INVALID'}, {_c(b['hops_per_real_s'])} hops/s"
         )
     lines.append("")
-    lines.append("  every run (N, verdict, hops/real s, goodput fraction, wall s):")
+    for r in d.get("ratios", []):
+        lines.append(
+            f"  {r['fabric']}: c / python valid hops per real s "
+            f"{_c(r['hops_per_real_s_c_vs_python'], '{:.2f}x')}, smallest valid N python / c "
+            f"{_c(r['n_python_vs_c'], '{:.2f}x')}"
+        )
+    lines.append("")
+    lines.append(
+        "  every run (N, verdict, hops/real s, goodput fraction, wall s; CPU us per delivered "
+        "data packet: switches [kernel], endpoints, all):"
+    )
     for f in d["fabrics"]:
         for r in [*f["runs"], *([] if f["baseline_n1"] in f["runs"] else [f["baseline_n1"]])]:
             why = "" if r["valid"] else "  (" + "; ".join(r["invalid_reasons"]) + ")"
+            cpu = r.get("cpu") or {}
             lines.append(
-                f"    {f['fabric']:7} N={r['time_dilation']:<7g} "
+                f"    {f['fabric']:7} {f.get('datapath') or '-':6} N={r['time_dilation']:<7g} "
                 f"{'valid' if r['valid'] else 'INVALID':8} {_c(r['hops_per_real_s']):>10} "
-                f"{_c(r['goodput_fraction'], '{:.2f}'):>5} {r['wall_s']:>6.1f}{why}"
+                f"{_c(r['goodput_fraction'], '{:.2f}'):>5} {r['wall_s']:>6.1f}  "
+                f"{_c(cpu.get('switch_us_per_data_packet'))} "
+                f"[{_c(cpu.get('switch_kernel_us_per_data_packet'))}], "
+                f"{_c(cpu.get('endpoint_us_per_data_packet'))}, "
+                f"{_c(cpu.get('total_us_per_data_packet'))}{why}"
             )
     sw = d["switch_bench"]
     lines += [

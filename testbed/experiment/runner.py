@@ -407,6 +407,8 @@ def _drive(
     go_counters = _counters(name)
     at_go = _switch_cpu(go_counters)
     late_at_go = start_histograms(go_counters)
+    # The endpoint processes' own CPU so far, likewise (endpoint_stats.json; bench capacity).
+    ep_at_go = driver.process_stats() if isinstance(driver, EndpointDriver) else None
     cpu0 = _cpu_times()
     real0 = time.monotonic()
     t0 = driver.go()
@@ -478,6 +480,11 @@ def _drive(
     if not completed:
         note = (note + "; " if note else "") + f"workload not finished in {sc.duration_s:g}s"
     (workdir / "switch_counters.json").write_text(json.dumps(switch, indent=1))
+    if ep_stats is not None:
+        # Per host: the process's figures at go and at the end (CPU, datagrams, lateness).
+        (workdir / "endpoint_stats.json").write_text(json.dumps(
+            {"at_go": ep_at_go, "end": ep_stats}, indent=1
+        ))  # fmt: skip
     (workdir / "queue_max.json").write_text(json.dumps(
         {"interval_s": monitor.interval_s, "ports": sparse_json(monitor.maxima, t0)}
     ))  # fmt: skip
