@@ -445,3 +445,16 @@ def test_a_full_run_measures_both_datapaths_where_c_is_built(monkeypatch):
     monkeypatch.delenv(datapath.ENV)
     monkeypatch.setattr(datapath, "missing", lambda c: "not built")
     assert cap._datapaths(quick=False) == ("python",)
+
+
+def test_only_names_a_section_of_the_bench_it_is_given_to(capsys):
+    from testbed.cli.app import main
+
+    assert main(["bench", "capacity", "--only", "incast"]) == 2
+    assert "bench capacity has no section 'incast' (it has 2x2x2, 4x4x4, 4x8x4)" in (
+        capsys.readouterr().err
+    )
+    assert main(["bench", "fidelity", "--only", "4x4x4"]) == 2
+    assert "bench fidelity has no section '4x4x4'" in capsys.readouterr().err
+    assert main(["bench", "hop", "--only", "4x4x4"]) == 2
+    assert "bench hop has no sections" in capsys.readouterr().err

@@ -368,6 +368,7 @@ def run_capacity_bench(
     out: Path | None = None,
     switch_baseline: bool | None = None,
     datapaths: tuple[str, ...] | None = None,
+    only: str | None = None,
 ) -> dict:
     """The whole capacity bench; returns the docs/design.md "Benchmark output"-shaped object.
 
@@ -377,7 +378,9 @@ def run_capacity_bench(
     started = time.time()
     out = out or default_results_dir()
     start = None if time_dilation == "auto" else float(time_dilation)
-    fabrics = QUICK_FABRICS if quick else tuple(FABRICS)
+    if only is not None and only not in FABRICS:
+        raise BenchError(f"--only: one of {', '.join(FABRICS)}, got {only!r}")
+    fabrics = (only,) if only else QUICK_FABRICS if quick else tuple(FABRICS)
     steps = QUICK_MAX_STEPS if quick else MAX_STEPS
     paths = datapaths if datapaths is not None else _datapaths(quick)
     results = []

@@ -359,8 +359,9 @@ def _bench_and_lab_commands(sub) -> None:
     )
     be.add_argument(
         "--only",
-        choices=["permutation", "slow-link", "incast"],
-        help="fidelity: run one section of the bench",
+        choices=["permutation", "slow-link", "incast", "2x2x2", "4x4x4", "4x8x4"],
+        help="fidelity: run one section of the bench (permutation, slow-link, incast); "
+        "capacity: one fabric (2x2x2, 4x4x4, 4x8x4)",
     )
     _datapath_flag(be)
     be.set_defaults(func=cmd_bench)

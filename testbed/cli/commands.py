@@ -506,8 +506,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if dilation is not None and args.what not in SCENARIO_BENCHES:
         raise CliError(f"--time-dilation: bench {args.what} runs in real time only")
     only = getattr(args, "only", None)
-    if only is not None and args.what != "fidelity":
-        raise CliError(f"--only: bench {args.what} has no sections (fidelity has)")
+    sections = {"fidelity": fidelity_bench.SECTIONS, "capacity": tuple(capacity_bench.FABRICS)}
+    if only is not None and only not in sections.get(args.what, ()):
+        if args.what not in sections:
+            raise CliError(f"--only: bench {args.what} has no sections (fidelity, capacity have)")
+        raise CliError(
+            f"--only: bench {args.what} has no section {only!r} "
+            f"(it has {', '.join(sections[args.what])})"
+        )
     if args.what == "ecmp":  # pure computation: no fabric, no root
         result = ecmp_bench.run_ecmp_bench(quick=args.quick)
         print(json.dumps(result, indent=1) if args.json else ecmp_bench.format_ecmp_table(result))
