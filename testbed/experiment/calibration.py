@@ -3,7 +3,7 @@
 `testbed calibrate` (testbed.bench.calibrate) measures it on a small fabric and writes it here;
 `time_dilation: auto` reads it (testbed.experiment.dilation). A calibration is tied to the
 machine it was measured on: one from another CPU model or core count, another Python, another
-emulator (EMULATOR), or older than MAX_AGE_DAYS is stale and ignored (the fallback budget applies, and the run says so).
+emulator (EMULATOR) or data path, or older than MAX_AGE_DAYS is stale and ignored (the fallback budget applies, and the run says so).
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import os
 import platform
 import time
 from pathlib import Path
+
+from contracts import datapath
 
 CACHE_ENV = "TESTBED_CALIBRATION"
 DEFAULT_PATH = Path("/var/cache/mrc-testbed/calibration.json")
@@ -43,6 +45,9 @@ def machine() -> dict:
         "cores": os.cpu_count(),
         "python": platform.python_version(),
         "emulator": EMULATOR,
+        # The compiled and the Python data paths carry different budgets (contracts.datapath):
+        # a calibration of one is stale for the other.
+        "datapath": datapath.check(None, datapath.ENV),
     }
 
 
