@@ -17,10 +17,13 @@ EXTENSIONS = {
     "switch._core": ["switch/_core.c"],  # the switch's forwarding core (switch/core.py)
     "endpoint._burst": ["endpoint/_burst.c"],  # the endpoint's burst I/O and codec
 }
+LIBRARIES = {"endpoint._burst": ["z"]}  # zlib's crc32, the one Python's zlib module uses
 
 setup(
     ext_modules=[
-        Extension(name, sources, optional=True, extra_compile_args=FLAGS)
+        Extension(
+            name, sources, optional=True, extra_compile_args=FLAGS, libraries=LIBRARIES.get(name, [])
+        )
         for name, sources in EXTENSIONS.items()
         if all((HERE / s).exists() for s in sources)
     ]

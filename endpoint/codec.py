@@ -17,6 +17,7 @@ import zlib
 from dataclasses import dataclass
 
 from contracts.framing import BTH_LEN
+from endpoint.datapath import burst as _burst
 from endpoint.wire import (
     OP_MRC_PROBE,
     OP_MRC_PROBE_ACK,
@@ -25,7 +26,6 @@ from endpoint.wire import (
     PKT_CRC_AT,
     SYNDROME_ACK,
     SYNDROME_NAK,
-    data_packet_crc,
 )
 
 __all__ = [
@@ -182,9 +182,32 @@ def encode_data(
         0 if pkt_crc is None else pkt_crc,
     )
     if pkt_crc is None:
-        crc = zlib.crc32(payload, zlib.crc32(header))  # the crc field is packed as zero
-        return header[:PKT_CRC_AT] + crc.to_bytes(4, "big") + payload
+        return _seal(header, payload)
     return header + payload
+
+
+def _seal_py(header: bytes, payload: bytes | memoryview) -> bytes:
+    """Header (its crc field packed as zero) + payload, the crc field set: Python twin of
+    ``endpoint._burst.seal_data``."""
+    crc = zlib.crc32(payload, zlib.crc32(header))
+    return b"".join((header[:PKT_CRC_AT], crc.to_bytes(4, "big"), payload))
+
+
+_ZERO_CRC = bytes(4)
+
+
+def data_crc_py(data: bytes | bytearray | memoryview) -> int:
+    """crc32 of a data packet with its ``pkt_crc`` field taken as zero (the definition is
+    ``endpoint.wire.data_packet_crc``), without copying the payload out: Python twin of
+    ``endpoint._burst.data_crc``."""
+    mv = memoryview(data)
+    crc = zlib.crc32(mv[:PKT_CRC_AT])
+    crc = zlib.crc32(_ZERO_CRC, crc)
+    return zlib.crc32(mv[PKT_CRC_AT + 4 :], crc)
+
+
+_seal = _burst.seal_data if _burst is not None else _seal_py
+data_crc = _burst.data_crc if _burst is not None else data_crc_py
 
 
 def encode_ack(
@@ -334,7 +357,7 @@ def encode_probe_ack(
 
 def crc_ok(data: bytes | bytearray | memoryview, pkt_crc: int) -> bool:
     """True if an (untrimmed) data packet's bytes match its ``pkt_crc``."""
-    return data_packet_crc(data) == pkt_crc
+    return data_crc(data) == pkt_crc
 
 
 def decode(data: bytes | bytearray | memoryview) -> Packet:

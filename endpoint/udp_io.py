@@ -19,6 +19,12 @@ batches. For sending there are three designs, all selectable (``--io`` / config 
 process"); ``udp`` is the default. A send that would block is not lost: it is queued in
 ``backlog`` and retried when the loop calls ``flush`` (the transport already counts the packet
 as sent; dropping it here would look like a path failure to the sender).
+
+Each design has two data paths (``endpoint.datapath``): the C one (``endpoint._burst``) reads
+a socket with one ``recvmmsg`` and sends a transmit pass's packets with ``sendmmsg`` per run of
+one socket, the ToS of each in an ``IP_TOS`` cmsg; the Python one is a ``recvmsg`` and a
+``sendto``/``send`` per datagram. Same datagrams, same counters, same backlog rules
+(tests/test_endpoint_burst.py sends the same inputs through both).
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ import errno
 import socket
 import struct
 from collections import deque
+from types import ModuleType
+
+from endpoint import datapath
 
 IO_KINDS = ("udp", "connected", "raw")
 RX_BUFSIZE = 65535
@@ -50,24 +59,58 @@ def open_rx(addr: str, port: int, rcvbuf: int = 4 << 20) -> socket.socket:
     return s
 
 
-def recv_batch(sock: socket.socket, out: list, limit: int = 64) -> int:
-    """Append up to ``limit`` (payload, tos) pairs from ``sock`` to ``out``; returns how many."""
+_MSG_TRUNC = socket.MSG_TRUNC
+
+
+def recv_batch_py(sock: socket.socket, out: list, limit: int = 64, with_addr: bool = False) -> int:
+    """Append up to ``limit`` (payload, tos) pairs — (payload, tos, (ip, port)) ``with_addr``
+    — from ``sock`` to ``out``; returns how many datagrams it took off the socket (a truncated
+    one, longer than RX_BUFSIZE, is taken, dropped and counted in ``rx_truncated``)."""
     n = 0
     recvmsg = sock.recvmsg
     while n < limit:
         try:
-            data, anc, _flags, _addr = recvmsg(RX_BUFSIZE, _TOS_ANC)
+            data, anc, flags, addr = recvmsg(RX_BUFSIZE, _TOS_ANC)
         except (BlockingIOError, InterruptedError):
             break
         except ConnectionRefusedError:  # an ICMP error queued on the socket: not a datagram
+            continue
+        n += 1
+        if flags & _MSG_TRUNC:
+            rx_truncated[0] += 1
             continue
         tos = 0
         for level, kind, cdata in anc:
             if level == _IPPROTO_IP and kind == _IP_TOS and cdata:
                 tos = cdata[0]
-        out.append((data, tos))
-        n += 1
+        out.append((data, tos, addr) if with_addr else (data, tos))
     return n
+
+
+def _recv_batch_c(
+    burst: ModuleType, sock: socket.socket, out: list, limit: int = 64, with_addr: bool = False
+) -> int:
+    """``recv_batch_py``'s twin: one ``recvmmsg`` (endpoint._burst.recv_burst)."""
+    got, truncated = burst.recv_burst(sock.fileno(), out, limit, RX_BUFSIZE, with_addr)
+    if truncated:
+        rx_truncated[0] += truncated
+    return got + truncated
+
+
+rx_truncated = [0]  # datagrams longer than RX_BUFSIZE, dropped (cannot happen over IPv4 UDP)
+
+
+def recv_batch_for(burst: ModuleType | None):
+    """The receive function of a data path: ``recv_batch(sock, out, limit, with_addr)``."""
+    if burst is None:
+        return recv_batch_py
+    return lambda sock, out, limit=64, with_addr=False: _recv_batch_c(
+        burst, sock, out, limit, with_addr
+    )
+
+
+recv_batch = recv_batch_for(datapath.burst)
+"""This process's receive function (``endpoint.datapath`` chose C or Python)."""
 
 
 class _Sender:
@@ -75,9 +118,12 @@ class _Sender:
 
     kind = ""
 
-    def __init__(self, local_addrs: list[str], port: int) -> None:
+    def __init__(
+        self, local_addrs: list[str], port: int, burst: ModuleType | None = datapath.burst
+    ) -> None:
         self.local_addrs = local_addrs
         self.port = port
+        self.burst = burst  # endpoint._burst: send_many by sendmmsg; None: the Python twin
         self.backlog: deque = deque()  # (plane, ev, dst, payload, tos) that would have blocked
         self.sent = 0
         self.blocked = 0  # sends that found the socket buffer full (then retried)
@@ -91,14 +137,48 @@ class _Sender:
             self.blocked += 1
             self.backlog.append((plane, ev, dst, payload, tos))
 
+    def send_many(self, batch: list[tuple[int, int, str, bytes, int]]) -> None:
+        """``send`` of each (plane, ev, dst, payload, tos) in order: one transmit pass. The C
+        path hands the pass to one ``send_burst`` (a sendmmsg per run of one socket)."""
+        if not batch:
+            return
+        if self.backlog:
+            self.backlog.extend(batch)
+        elif self.burst is None:
+            for item in batch:
+                self.send(*item)
+        elif not self._burst_send(batch):
+            self.blocked += 1
+
     def flush(self) -> bool:
         """Retry queued sends in order; True when the backlog is empty."""
         backlog = self.backlog
+        if self.burst is not None:
+            if not backlog:
+                return True
+            batch = list(backlog)
+            backlog.clear()
+            return self._burst_send(batch)
         while backlog:
             if not self._send(*backlog[0]):
                 return False
             backlog.popleft()
         return True
+
+    def _burst_send(self, batch: list) -> bool:
+        """``batch`` through endpoint._burst.send_burst, the backlog empty; what would block
+        is queued (in order). True if nothing was."""
+        done, sent, errors = self.burst.send_burst(self._burst_items(batch))
+        self.sent += sent
+        self.errors += errors
+        if done < len(batch):
+            self.backlog.extend(batch[done:])
+            return False
+        return True
+
+    def _burst_items(self, batch: list) -> list:
+        """(fd, dst, port, tos, payload) per (plane, ev, dst, payload, tos) of ``batch``."""
+        raise NotImplementedError
 
     def _send(self, plane: int, ev: int, dst: str, payload: bytes, tos: int) -> bool:
         raise NotImplementedError
@@ -122,10 +202,16 @@ class EvSocketSender(_Sender):
 
     kind = "udp"
 
-    def __init__(self, local_addrs: list[str], port: int, sndbuf: int = 1 << 20) -> None:
-        super().__init__(local_addrs, port)
+    def __init__(
+        self,
+        local_addrs: list[str],
+        port: int,
+        sndbuf: int = 1 << 20,
+        burst: ModuleType | None = datapath.burst,
+    ) -> None:
+        super().__init__(local_addrs, port, burst)
         self.sndbuf = sndbuf
-        self.socks: dict[tuple[int, int], list] = {}  # (plane, ev) -> [socket, current tos]
+        self.socks: dict[tuple[int, int], list] = {}  # (plane, ev) -> [socket, current tos, fd]
 
     def _open(self, plane: int, ev: int) -> list:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -136,9 +222,20 @@ class EvSocketSender(_Sender):
         except OSError:
             s.close()
             raise
-        entry = [s, -1]
+        entry = [s, -1, s.fileno()]
         self.socks[(plane, ev)] = entry
         return entry
+
+    def _burst_items(self, batch: list) -> list:
+        socks = self.socks
+        port = self.port
+        items = []
+        for plane, ev, dst, payload, tos in batch:
+            entry = socks.get((plane, ev))
+            if entry is None:
+                entry = self._open(plane, ev)
+            items.append((entry[2], dst, port, tos, payload))
+        return items
 
     def _send(self, plane: int, ev: int, dst: str, payload: bytes, tos: int) -> bool:
         entry = self.socks.get((plane, ev))
@@ -159,8 +256,8 @@ class EvSocketSender(_Sender):
         return len(self.socks)
 
     def close(self) -> None:
-        for s, _tos in self.socks.values():
-            s.close()
+        for entry in self.socks.values():
+            entry[0].close()
         self.socks.clear()
 
 
@@ -169,8 +266,14 @@ class ConnectedSender(_Sender):
 
     kind = "connected"
 
-    def __init__(self, local_addrs: list[str], port: int, sndbuf: int = 256 << 10) -> None:
-        super().__init__(local_addrs, port)
+    def __init__(
+        self,
+        local_addrs: list[str],
+        port: int,
+        sndbuf: int = 256 << 10,
+        burst: ModuleType | None = datapath.burst,
+    ) -> None:
+        super().__init__(local_addrs, port, burst)
         self.sndbuf = sndbuf
         self.socks: dict[tuple[int, int, str], list] = {}
 
@@ -186,9 +289,19 @@ class ConnectedSender(_Sender):
         except OSError:
             s.close()
             raise
-        entry = [s, -1]
+        entry = [s, -1, s.fileno()]
         self.socks[(plane, ev, dst)] = entry
         return entry
+
+    def _burst_items(self, batch: list) -> list:
+        socks = self.socks
+        items = []
+        for plane, ev, dst, payload, tos in batch:
+            entry = socks.get((plane, ev, dst))
+            if entry is None:
+                entry = self._open(plane, ev, dst)
+            items.append((entry[2], None, 0, tos, payload))
+        return items
 
     def _send(self, plane: int, ev: int, dst: str, payload: bytes, tos: int) -> bool:
         entry = self.socks.get((plane, ev, dst))
@@ -214,8 +327,8 @@ class ConnectedSender(_Sender):
         return len(self.socks)
 
     def close(self) -> None:
-        for s, _tos in self.socks.values():
-            s.close()
+        for entry in self.socks.values():
+            entry[0].close()
         self.socks.clear()
 
 
@@ -243,15 +356,21 @@ class RawSender(_Sender):
 
     kind = "raw"
 
-    def __init__(self, local_addrs: list[str], port: int, sndbuf: int = 4 << 20) -> None:
-        super().__init__(local_addrs, port)
+    def __init__(
+        self,
+        local_addrs: list[str],
+        port: int,
+        sndbuf: int = 4 << 20,
+        burst: ModuleType | None = datapath.burst,
+    ) -> None:
+        super().__init__(local_addrs, port, burst)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
         self.sock.setblocking(False)
         self._src = [socket.inet_aton(a) for a in local_addrs]
         self._dst: dict[str, bytes] = {}
 
-    def _send(self, plane: int, ev: int, dst: str, payload: bytes, tos: int) -> bool:
+    def _frame(self, plane: int, ev: int, dst: str, payload: bytes, tos: int) -> bytes:
         d = self._dst.get(dst)
         if d is None:
             d = self._dst[dst] = socket.inet_aton(dst)
@@ -261,8 +380,18 @@ class RawSender(_Sender):
         # Total length, IP id and IP checksum are filled in by the kernel (raw(7)); DF set as a
         # UDP socket would with path-MTU discovery.
         hdr = _IP_UDP.pack(0x45, tos, 0, 0, 0x4000, 64, 17, 0, src, d, ev, self.port, ulen, cks)
+        return hdr + payload
+
+    def _burst_items(self, batch: list) -> list:
+        fd = self.sock.fileno()
+        frame = self._frame
+        # tos -1: no IP_TOS cmsg, the header carries it
+        return [(fd, item[2], 0, -1, frame(*item)) for item in batch]
+
+    def _send(self, plane: int, ev: int, dst: str, payload: bytes, tos: int) -> bool:
+        frame = self._frame(plane, ev, dst, payload, tos)
         try:
-            self.sock.sendto(hdr + payload, (dst, 0))
+            self.sock.sendto(frame, (dst, 0))
         except OSError as exc:
             return not self._failed(exc)
         self.sent += 1
@@ -275,11 +404,15 @@ class RawSender(_Sender):
         self.sock.close()
 
 
-def open_sender(kind: str, local_addrs: list[str], port: int) -> _Sender:
+def open_sender(
+    kind: str, local_addrs: list[str], port: int, burst: ModuleType | None = datapath.burst
+) -> _Sender:
+    """The send design ``kind`` on the data path of ``burst`` (endpoint._burst, or None: the
+    Python twin)."""
     if kind == "udp":
-        return EvSocketSender(local_addrs, port)
+        return EvSocketSender(local_addrs, port, burst=burst)
     if kind == "connected":
-        return ConnectedSender(local_addrs, port)
+        return ConnectedSender(local_addrs, port, burst=burst)
     if kind == "raw":
-        return RawSender(local_addrs, port)
+        return RawSender(local_addrs, port, burst=burst)
     raise ValueError(f"io: unknown design {kind!r} (one of {', '.join(IO_KINDS)})")
