@@ -27,7 +27,8 @@ from testbed.analysis.validity import (
     judge,
 )
 from testbed.experiment.dilation import DilationPlan
-from testbed.experiment.runner import Outcome, RunResult, _overall_verdict, _timing
+from testbed.experiment.runner import Outcome, RunResult, _overall_verdict
+from testbed.experiment.transport_run import _timing
 
 # ----- one percentile rule -----------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.experiment import runner
+from testbed.experiment import transport_run
 from testbed.experiment.api import load
 from testbed.experiment.runner import Progress, run_scenario
 from tests.conftest import tb
@@ -71,14 +71,14 @@ def test_a_switch_that_reports_no_lateness_makes_the_run_invalid(scenario, tmp_p
     """A real run at a dilation it keeps up with, one switch's lateness histogram taken out of
     every counters read the runner makes: the verdict must say what was missing, not count it
     as no lateness."""
-    real = runner._counters
+    real = transport_run._counters
 
     def without_spine1_lateness(name: str) -> dict:
         counters = real(name)
         counters["spine1"].pop("timer_late_hist")
         return counters
 
-    monkeypatch.setattr(runner, "_counters", without_spine1_lateness)
+    monkeypatch.setattr(transport_run, "_counters", without_spine1_lateness)
     outcome = run_scenario(
         load(scenario), ["mrc"], tmp_path / "out", time_dilation=40,
         progress=Progress(stream=sys.stderr, live=False),

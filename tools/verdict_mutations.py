@@ -111,14 +111,14 @@ M = [
     ),
     (
         "runner default verdict valid",
-        "testbed/experiment/runner.py",
+        "testbed/experiment/transport_run.py",
         'Verdict(False, ["not judged"])',
         "Verdict(True)",
         "tests/test_verdict.py",
     ),
     (
         "dilated run with no switch sample passes",
-        "testbed/experiment/runner.py",
+        "testbed/experiment/transport_run.py",
         "    need = shaped and clock.dilation > 1\n",
         "    need = False\n",
         "tests/test_verdict.py",

@@ -62,14 +62,11 @@ from testbed.analysis.soak import (
 from testbed.analysis.soak_report import write_soak_report
 from testbed.analysis.validity import Thresholds, Timing
 from testbed.experiment.errors import RunError
+from testbed.experiment.monitor import cpu_times, host_udp_drops
 from testbed.experiment.ownership import first_missing, hand_over, invoking_user
+from testbed.experiment.progress import Progress
 from testbed.experiment.provenance import provenance
-from testbed.experiment.runner import (
-    Progress,
-    Timeline,
-    _cpu_times,
-    _host_udp_drops,
-)
+from testbed.experiment.timeline import Timeline
 from testbed.fabric import client
 from testbed.fabric.cleanup import clean_fabric
 from testbed.fabric.lifecycle import tear_down
@@ -270,7 +267,7 @@ class Soak:
         co = self.eps.coordinator
         for job, req in self._job_requests().items():
             co.start(int(job), req)
-        cpu_prev = _cpu_times()
+        cpu_prev = cpu_times()
         self.real0 = time.monotonic()
         self.t0 = min(co.go(1).values())
         co.go(2)
@@ -300,7 +297,7 @@ class Soak:
                 self._check_processes(elapsed)
                 self._sample_rss(elapsed)
                 if now >= next_window or elapsed >= duration:
-                    cpu = _cpu_times()
+                    cpu = cpu_times()
                     drops, missing = self._kernel_drops()
                     delta = None if drops is None or drops_prev is None else drops - drops_prev
                     self.windows.append(
@@ -407,7 +404,7 @@ class Soak:
         except client.ClientError as exc:
             return None, [f"kernel drops: switch counters unreadable ({exc})"]
         sw_drops, missing = switch_kernel_drops(sw)
-        host, host_missing = _host_udp_drops(self.name, self.hosts)
+        host, host_missing = host_udp_drops(self.name, self.hosts)
         missing += host_missing
         return (None if missing or sw_drops is None or host is None else sw_drops + host), missing
 
