@@ -186,14 +186,17 @@ def encode_data(
     return header + payload
 
 
-def _seal_py(header: bytes, payload: bytes | memoryview) -> bytes:
-    """Header (its crc field packed as zero) + payload, the crc field set: Python twin of
-    ``endpoint._burst.seal_data``."""
-    crc = zlib.crc32(payload, zlib.crc32(header))
-    return b"".join((header[:PKT_CRC_AT], crc.to_bytes(4, "big"), payload))
-
-
 _ZERO_CRC = bytes(4)
+
+
+def _seal_py(header: bytes, payload: bytes | memoryview) -> bytes:
+    """Header + payload with the header's crc field set to the crc32 of both, that field taken
+    as zero: Python twin of ``endpoint._burst.seal_data``."""
+    if len(header) != DATA_HEADER_LEN:
+        raise ValueError(f"seal_data: header of {len(header)} bytes, expected {DATA_HEADER_LEN}")
+    head = header[:PKT_CRC_AT]
+    crc = zlib.crc32(payload, zlib.crc32(_ZERO_CRC, zlib.crc32(head)))
+    return b"".join((head, crc.to_bytes(4, "big"), payload))
 
 
 def data_crc_py(data: bytes | bytearray | memoryview) -> int:
