@@ -141,7 +141,12 @@ class Fib:
         mixes differently, and two switches' choices are independent (no polarisation).
         """
         proto = frame[23]
-        if self.source_routed and proto == 17 and (frame[36] << 8 | frame[37]) == ROCE_PORT:
+        if (
+            self.source_routed
+            and proto == 17
+            and len(frame) >= 38  # as the inline paths: a shorter UDP frame is hashed instead
+            and (frame[36] << 8 | frame[37]) == ROCE_PORT
+        ):
             return source_route(frame[34] << 8 | frame[35], self.plane_bits)
         if proto == 6 or proto == 17:
             h = zlib.crc32(frame[26:38], self.seed ^ proto)

@@ -61,7 +61,15 @@ def test_cli_prints_the_table_without_root() -> None:
     assert d["conserved"] is True
     assert set(d["rows"]) == {"fabric", "batched"}
     assert d["rows"]["fabric"]["cpu_us_per_hop"] > 0
+    assert d["rows"]["fabric"]["datapath"] == "python"
     assert d["fabric_vs_batched"] > 0
+    # Both data paths of switch.core on the same workload, when the C one is built.
+    assert set(d["rows_by_datapath"]) == set(d["datapaths"])
+    if "c" in d["datapaths"]:
+        assert d["rows_by_datapath"]["c"]["fabric"]["datapath"] == "c"
+        assert d["python_vs_c"]["fabric"] > 1
+    else:
+        assert d["c_unavailable"]
 
 
 def test_cli_refuses_a_time_dilation_in_one_line() -> None:

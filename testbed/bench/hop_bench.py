@@ -27,6 +27,7 @@ and says so, since a forwarding path that lost frames would look cheap.
 
 from __future__ import annotations
 
+import hashlib
 import random
 import time
 from dataclasses import dataclass
@@ -36,10 +37,8 @@ from scapy.layers.l2 import Ether
 
 from contracts.defaults import ROCE_PORT
 from contracts.dscp import TRIMMABLE_DSCP
-from switch import local_links
 from switch.config import switch_config
-from switch.dataplane import Switch
-from switch.egress_timers import ActivePorts
+from switch.core import ForwardingCore, c_available, c_unavailable_reason
 from testbed.scenario import flows, validate
 from topologies import leaf_spine
 
@@ -67,6 +66,8 @@ class HopRun:
     trims: int
     drops: int
     cpu_s: float
+    datapath: str = "python"
+    digest: str = ""  # of every frame the hosts received, in order (both paths: the same)
 
     @property
     def cpu_us_per_hop(self) -> float:
@@ -79,6 +80,7 @@ class HopRun:
 
     def to_dict(self) -> dict:
         return {
+            "datapath": self.datapath,
             "wakeups_per_hop": round(self.wakeups_per_hop, 4),
             "packet_hops": self.hops,
             "offered": self.offered,
@@ -89,29 +91,6 @@ class HopRun:
             "cpu_us_per_hop": round(self.cpu_us_per_hop, 2),
             "conserved": self.conserved,
         }
-
-
-class _Sink:
-    """A host port's wire: counts what the switch sends (a veth end, minus the kernel)."""
-
-    __slots__ = ("frames",)
-
-    def __init__(self) -> None:
-        self.frames = 0
-
-    def send(self, frame) -> bool:
-        self.frames += 1
-        return True
-
-
-class _Clock:
-    __slots__ = ("t",)
-
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def _permutation(fabric_keys: dict, seed: int) -> list[tuple[str, str]]:
@@ -139,144 +118,204 @@ def _frame(src_ip: str, dst_ip: str, sport: int) -> bytes:
     )
 
 
+def _schedule(
+    keys: dict, fab, core: ForwardingCore, period: float, virtual_s: float, load: float, seed: int
+) -> tuple[list[list[tuple[int, int, list[bytes]]]], int]:
+    """Per wake-up, the bursts the hosts offer by then: (switch, port, frames); and how many
+    frames in all. Drawn before the clock starts, so that the figure is the switches' alone."""
+    index = {sw.name: i for i, sw in enumerate(core.switches)}
+    senders = []
+    for src, dst in _permutation(keys, seed):
+        leaf = fab.interfaces[src][0].peer_node
+        sw = core.switches[index[leaf]]
+        port = sw.port_by_name[fab.interface(leaf, src).name]
+        templates = [
+            _frame(fab.host_ip(src), fab.host_ip(dst), 49152 + k * 97 % 16384) for k in range(EVS)
+        ]
+        senders.append((index[leaf], port.index, templates))
+    gap = FRAME_BYTES * 8 / (keys["link_mbps"] * 1e6) / load  # virtual s between a host's frames
+    rng = random.Random(seed)
+    next_at = [rng.random() * gap for _ in senders]
+    # Each host's own EV draws (oblivious spraying): the same in every run of a seed.
+    picks = [random.Random(f"{seed}:{i}") for i in range(len(senders))]
+    wakeups = []
+    offered = 0
+    now = 0.0
+    while now < virtual_s + period:
+        now += period
+        # Every frame due by now, but none from `virtual_s` on: however far apart the
+        # wake-ups, each run offers the same frames.
+        until = min(now, virtual_s)
+        bursts = []
+        for i, (sw, port, templates) in enumerate(senders):
+            t = next_at[i]
+            batch = []
+            while t <= until and t < virtual_s:
+                batch.append(templates[picks[i].randrange(EVS)])
+                t += gap
+            next_at[i] = t
+            if batch:
+                bursts.append((sw, port, batch))
+                offered += len(batch)
+        wakeups.append(bursts)
+    return wakeups, offered
+
+
 def run_hops(
     wakeups_per_hop: float,
     virtual_s: float,
     fabric: dict | None = None,
     load: float = 1.0,
     seed: int = 1,
+    datapath: str = "python",
+    digest: bool = False,
 ) -> HopRun:
     """Forward the permutation of `seed` at `load` x line rate for `virtual_s` (virtual), the
-    loop waking `wakeups_per_hop` times per packet-hop; then let the queues drain."""
+    loop waking `wakeups_per_hop` times per packet-hop; then let the queues drain. `datapath`:
+    switch.core's, "python" or "c"; `digest`: hash what the hosts receive (costs CPU)."""
     keys = {**FABRIC, **LINKS, **(fabric or {})}
     fab = leaf_spine(**keys)
-    clock = _Clock()
-    sinks: dict[str, _Sink] = {}
-
-    def open_port(name: str) -> _Sink:
-        sinks[name] = _Sink()
-        return sinks[name]
-
-    switches = {
-        n: Switch(switch_config(fab, n, seed=seed, time_dilation=DILATION), open_port=open_port)
+    configs = [
+        switch_config(fab, n, seed=seed, time_dilation=DILATION)
         for n, node in fab.nodes.items()
         if node.kind != "host"
-    }
-    delivered = local_links.link(list(switches.values()), clock)
-    active = ActivePorts()  # one set for every switch, as switch/loop.py shares it
-    seq = 0
-    for sw in switches.values():
-        sw.active = active
-        for p in sw.ports:
-            p.active = active
-            p.seq = seq
-            seq += 1
-    senders = []
-    for src, dst in _permutation(keys, seed):
-        leaf = fab.interfaces[src][0].peer_node
-        sw = switches[leaf]
-        port = sw.port_by_name[fab.interface(leaf, src).name]
-        templates = [
-            _frame(fab.host_ip(src), fab.host_ip(dst), 49152 + k * 97 % 16384) for k in range(EVS)
-        ]
-        senders.append((sw, port, templates))
-    gap = FRAME_BYTES * 8 / (keys["link_mbps"] * 1e6) / load  # virtual s between a host's frames
-    hops_per_s = len(senders) * 3 / gap  # host -> leaf -> spine -> leaf -> host: 3 switch sends
+    ]
+    core = ForwardingCore(configs, datapath=datapath)  # wired in memory, one order of service
+    gap = FRAME_BYTES * 8 / (keys["link_mbps"] * 1e6) / load
+    hosts = len(_permutation(keys, seed))
+    hops_per_s = hosts * 3 / gap  # host -> leaf -> spine -> leaf -> host: 3 switch sends
     period = 1.0 / (wakeups_per_hop * hops_per_s)
-    rng = random.Random(seed)
-    next_at = [rng.random() * gap for _ in senders]
-    sent = [0] * len(senders)  # frames each host has offered
-    # Each host's own EV draws (oblivious spraying): the same in every run of a seed.
-    picks = [random.Random(f"{seed}:{i}") for i in range(len(senders))]
+    schedule, offered = _schedule(keys, fab, core, period, virtual_s, load, seed)
+    receive = core.receive
+    service = core.service
+    take = core.take_egress if digest else core.discard_egress
+    h = hashlib.sha256()
+    at_hosts = 0
     wakeups = 0
+    now = 0.0
     cpu0 = time.process_time()
-    while True:
-        clock.t += period
-        now = clock.t
+    for bursts in schedule:
+        now += period
         wakeups += 1
-        if now < virtual_s + period:
-            # Every frame due by now, but none from `virtual_s` on: however far apart the
-            # wake-ups, each run offers the same frames.
-            until = min(now, virtual_s)
-            for i, (sw, port, templates) in enumerate(senders):
-                t = next_at[i]
-                if t > until:
-                    continue
-                batch = []
-                while t <= until and t < virtual_s:
-                    batch.append(bytearray(templates[picks[i].randrange(EVS)]))
-                    sent[i] += 1
-                    t += gap
-                next_at[i] = t
-                if batch:
-                    sw.receive_batch(port, batch, now)
-        before = delivered[0]
-        due = active.serve(now)
-        while delivered[0] != before:  # switch/loop.py: again while a wire delivered
-            before = delivered[0]
-            due = active.serve(now)
-        if now >= virtual_s + period and due is None:
+        for sw, port, batch in bursts:
+            receive(sw, port, batch, now)
+        service(now)
+        out = take()
+        if digest:
+            at_hosts += len(out)
+            for sw, port, frame in out:
+                h.update(b"%d %d %.9f " % (sw, port, now) + frame)
+        else:
+            at_hosts += out
+    while True:  # drain: every queue empties
+        now += period
+        wakeups += 1
+        due = service(now)
+        out = take()
+        at_hosts += len(out) if digest else out
+        if digest:
+            for sw, port, frame in out:
+                h.update(b"%d %d %.9f " % (sw, port, now) + frame)
+        if due is None:
             break
     cpu = time.process_time() - cpu0
-    ports = [p for sw in switches.values() for p in sw.ports]
-    hops = sum(p.counters.tx_packets for p in ports)
+    counters = core.counters()
+    ports = [p for sw in counters for p in sw["ports"].values()]
+    hops = sum(p["tx_packets"] for p in ports)
     return HopRun(
         wakeups_per_hop=wakeups / hops if hops else 0.0,
         hops=hops,
-        offered=sum(sent),
-        at_hosts=sum(s.frames for s in sinks.values()),
-        trims=sum(p.queue.trims for p in ports),
+        offered=offered,
+        at_hosts=at_hosts,
+        trims=sum(p["trims"] for p in ports),
         # A port counts its queue's drops too (Port.offer); a switch its routing drops.
-        drops=sum(sum(p.counters.drops.values()) for p in ports)
-        + sum(sum(sw.drops.values()) for sw in switches.values()),
+        drops=sum(sum(p["drops"].values()) for p in ports)
+        + sum(sum(sw["drops"].values()) for sw in counters),
         cpu_s=cpu,
+        datapath=datapath,
+        digest=h.hexdigest() if digest else "",
     )
 
 
-def run_hop_bench(quick: bool = False, repeats: int | None = None) -> dict:
-    """The fabric's wake-up rate and the baseline (BATCH_FACTOR x fewer), interleaved; the
-    best of `repeats` runs each (the machine is shared: the least disturbed run is the
-    cost)."""
+def run_hop_bench(
+    quick: bool = False, repeats: int | None = None, datapaths: tuple[str, ...] | None = None
+) -> dict:
+    """The fabric's wake-up rate and the baseline (BATCH_FACTOR x fewer), interleaved, through
+    each data path of switch.core (the C one when it is built); the best of `repeats` runs each
+    (the machine is shared: the least disturbed run is the cost)."""
     virtual_s = QUICK_VIRTUAL_S if quick else VIRTUAL_S
     repeats = repeats or (1 if quick else 3)
-    rows: dict[str, list[HopRun]] = {"fabric": [], "batched": []}
+    if datapaths is None:
+        datapaths = ("python", "c") if c_available() else ("python",)
+    runs: dict[tuple[str, str], list[HopRun]] = {}
     for _ in range(repeats):
-        rows["fabric"].append(run_hops(FABRIC_WAKEUPS_PER_HOP, virtual_s))
-        rows["batched"].append(run_hops(FABRIC_WAKEUPS_PER_HOP / BATCH_FACTOR, virtual_s))
-    best = {k: min(v, key=lambda r: r.cpu_us_per_hop) for k, v in rows.items()}
-    f, b = best["fabric"], best["batched"]
+        for dp in datapaths:
+            for name, wph in (
+                ("fabric", FABRIC_WAKEUPS_PER_HOP),
+                ("batched", FABRIC_WAKEUPS_PER_HOP / BATCH_FACTOR),
+            ):
+                runs.setdefault((dp, name), []).append(run_hops(wph, virtual_s, datapath=dp))
+    best = {k: min(v, key=lambda r: r.cpu_us_per_hop) for k, v in runs.items()}
+    f, b = best[("python", "fabric")], best[("python", "batched")]
+
+    def ratio(x: float, y: float) -> float | None:
+        return round(x / y, 3) if y else None
+
     return {
         "bench": "hop",
         "fabric": {**FABRIC, **LINKS, "time_dilation": DILATION},
         "virtual_s": virtual_s,
         "repeats": repeats,
-        "rows": {k: r.to_dict() for k, r in best.items()},
-        "all_us_per_hop": {k: [round(r.cpu_us_per_hop, 2) for r in v] for k, v in rows.items()},
-        "fabric_vs_batched": round(f.cpu_us_per_hop / b.cpu_us_per_hop, 3)
-        if b.cpu_us_per_hop
+        "datapaths": list(datapaths),
+        "c_unavailable": c_unavailable_reason(),
+        # The Python path's rows keep their keys; `rows_by_datapath` has every path's.
+        "rows": {name: best[("python", name)].to_dict() for name in ("fabric", "batched")},
+        "rows_by_datapath": {
+            dp: {name: best[(dp, name)].to_dict() for name in ("fabric", "batched")}
+            for dp in datapaths
+        },
+        "all_us_per_hop": {
+            f"{dp}/{name}": [round(r.cpu_us_per_hop, 2) for r in v]
+            for (dp, name), v in runs.items()
+        },
+        "fabric_vs_batched": ratio(f.cpu_us_per_hop, b.cpu_us_per_hop),
+        # How many times cheaper the C core forwards a packet-hop than the Python one.
+        "python_vs_c": {
+            name: ratio(best[("python", name)].cpu_us_per_hop, best[("c", name)].cpu_us_per_hop)
+            for name in ("fabric", "batched")
+        }
+        if "c" in datapaths
         else None,
-        "conserved": all(r.conserved for v in rows.values() for r in v),
+        "conserved": all(r.conserved for v in runs.values() for r in v),
     }
 
 
 def format_hop_table(d: dict) -> str:
     fab = d["fabric"]
     lines = [
-        f"switch Python per packet-hop, fake clock, no kernel: {fab['spines']}x{fab['leaves']}x"
+        f"switch forwarding per packet-hop, fake clock, no kernel: {fab['spines']}x{fab['leaves']}x"
         f"{fab['hosts_per_leaf']} at {fab['link_mbps'] / 1000:g} Gbps, {fab['queue_kb']:g} kB "
         f"queues, {fab['forwarding']}, permutation at line rate, {d['virtual_s'] * 1e3:g} ms "
         f"virtual; best of {d['repeats']}",
-        f"  {'wake-ups':<10} {'per hop':>8} {'hops':>9} {'trims':>7} {'CPU s':>7} {'µs/hop':>8}"
-        "  all runs",
+        f"  {'datapath':<8} {'wake-ups':<10} {'per hop':>8} {'hops':>9} {'trims':>7} {'CPU s':>7} "
+        f"{'µs/hop':>8}  all runs",
     ]
-    for name, r in d["rows"].items():
+    for dp, rows in d["rows_by_datapath"].items():
+        for name, r in rows.items():
+            lines.append(
+                f"  {dp:<8} {name:<10} {r['wakeups_per_hop']:>8.3f} {r['packet_hops']:>9} "
+                f"{r['trims']:>7} {r['cpu_s']:>7.2f} {r['cpu_us_per_hop']:>8.2f}  "
+                + ", ".join(f"{x:.2f}" for x in d["all_us_per_hop"][f"{dp}/{name}"])
+            )
+    lines.append(f"  python fabric / batched: {d['fabric_vs_batched']}x")
+    if d["python_vs_c"]:
         lines.append(
-            f"  {name:<10} {r['wakeups_per_hop']:>8.3f} {r['packet_hops']:>9} {r['trims']:>7} "
-            f"{r['cpu_s']:>7.2f} {r['cpu_us_per_hop']:>8.2f}  "
-            + ", ".join(f"{x:.2f}" for x in d["all_us_per_hop"][name])
+            "  python / c: " + ", ".join(f"{name} {x}x" for name, x in d["python_vs_c"].items())
         )
+    else:
+        lines.append(f"  c: not measured ({d['c_unavailable']})")
     lines.append(
-        f"  fabric / batched: {d['fabric_vs_batched']}x; every offered frame reached a host: "
+        "  every offered frame reached a host: "
         + ("yes" if d["conserved"] else "NO (the figures are not a forwarding cost)")
     )
     return "\n".join(lines)
