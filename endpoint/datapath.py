@@ -17,26 +17,26 @@ What the C path replaces, each twin staying in Python beside it:
 
 from __future__ import annotations
 
-import os
 from types import ModuleType
 
-ENV = "TESTBED_DATAPATH"
-CHOICES = ("c", "python")
+from contracts import datapath as choice
+
+ENV = choice.ENV
+CHOICES = choice.DATAPATHS
 
 
 def _select() -> tuple[ModuleType | None, str, str]:
-    try:
-        from endpoint import _burst
-    except ImportError as exc:
-        _burst = None
-        missing = f"endpoint._burst is not built ({exc})"
-    want = os.environ.get(ENV, "").strip().lower()
-    if want and want not in CHOICES:
-        raise ValueError(f"{ENV}={want!r}: expected one of {', '.join(CHOICES)}")
-    if want == "python":
+    """contracts.datapath's rule for this component; a `c` that cannot run (the CLI refuses
+    it before anything starts, so only a hand-started process gets here) runs Python and says
+    why, so that an endpoint never fails to start over it."""
+    want = choice.requested()  # ValueError (DatapathError) for a value not in CHOICES
+    missing = choice.missing("endpoint")
+    if want == choice.PYTHON:
         return None, "python", f"{ENV}=python"
-    if _burst is None:
+    if missing is not None:
         return None, "python", missing
+    from endpoint import _burst
+
     return _burst, "c", f"{ENV}=c" if want else "endpoint._burst is built (default)"
 
 
