@@ -47,7 +47,8 @@ __all__ = [
 _M24 = 0xFFFFFF
 _BTH = ">BBHII"  # opcode, SE|M|pad|tver, P_Key, resv8|dqpn, A|resv7|psn
 _DATA = struct.Struct(_BTH + "QIIIHBBQII")
-_ACK = struct.Struct(_BTH + "IIIQHBBQ")  # + AETH, cum word, base word, bitmap, ev, ecn, fl, ts
+# + AETH, coalesced|cum word, base word, bitmap, ev, ecn, flags, ts, ack_delay
+_ACK = struct.Struct(_BTH + "IIIQHBBQI")
 _NACK = struct.Struct(_BTH + "IIHBBQ")  # + AETH, cum word, ev, reason, resv, ts
 _PROBE = struct.Struct(_BTH + "HHIQ")  # ev, resv, seq, ts (same layout for PROBE-ACK)
 DATA_HEADER_LEN = _DATA.size
@@ -107,8 +108,9 @@ class AckPacket(_BthPart):
     ecn_echo: int = 0
     flags: int = 0
     ts_echo: int = 0
-    resv0: int = 0
+    coalesced: int = 0  # in-order data packets answered before the triggering one
     resv1: int = 0
+    ack_delay: int = 0  # ns the receiver held the ACK
 
 
 @dataclass(slots=True)
@@ -224,15 +226,18 @@ def encode_ack(
     ts_echo: int,
     flags: int = 0,
     msn: int = 0,
+    coalesced: int = 0,
+    ack_delay: int = 0,
     ackreq: int = 0,
     pkey: int = 0xFFFF,
     bth_flags: int = 0,
     resv8: int = 0,
     resv7: int = 0,
-    resv0: int = 0,
     resv1: int = 0,
 ) -> bytes:
-    """One ACK/SACK. ``psn`` is the PSN of the data packet that triggered it."""
+    """One ACK/SACK. ``psn`` is the PSN of the data packet that triggered it; ``coalesced``
+    the in-order packets it answers before that one (PSNs psn - coalesced .. psn - 1);
+    ``ack_delay`` the ns the receiver held it."""
     return _ACK.pack(
         OP_RC_ACKNOWLEDGE,
         bth_flags,
@@ -240,13 +245,14 @@ def encode_ack(
         (resv8 << 24) | dqpn,
         (ackreq << 31) | (resv7 << 24) | psn,
         (SYNDROME_ACK << 24) | msn,
-        (resv0 << 24) | cum_psn,
+        (coalesced << 24) | cum_psn,
         (resv1 << 24) | sack_base,
         sack_bitmap,
         ev_echo,
         ecn_echo,
         flags,
         ts_echo,
+        ack_delay,
     )
 
 
@@ -404,7 +410,7 @@ def decode(data: bytes | bytearray | memoryview) -> Packet:
         if syndrome == SYNDROME_ACK:
             if n != ACK_LEN:
                 raise MalformedPacket(f"ACK of {n} bytes, expected {ACK_LEN}")
-            (_, bf, pkey, w1, w2, aeth, cw, bw, bitmap, ev, ecn, fl, ts) = _ACK.unpack(data)
+            (_, bf, pkey, w1, w2, aeth, cw, bw, bitmap, ev, ecn, fl, ts, held) = _ACK.unpack(data)
             return AckPacket(
                 w1 & _M24,
                 w2 & _M24,
@@ -423,6 +429,7 @@ def decode(data: bytes | bytearray | memoryview) -> Packet:
                 ts,
                 cw >> 24,
                 bw >> 24,
+                held,
             )
         if syndrome == SYNDROME_NAK:
             if n != NACK_LEN:

@@ -63,6 +63,11 @@ class Mode(str, Enum):
     ROCE = "roce"
 
 
+# An ACK names at most 256 packets (its 8-bit `coalesced` field counts those before the
+# trigger) and the time it was held in 32 bits of ns (docs/wire-format.md, MRCSack).
+ACK_EVERY_MAX = 256
+ACK_DELAY_MAX = 4.0
+
 RC_TIMEOUT_UNIT_S = 4.096e-6  # IBA: local ACK timeout = 4.096 µs x 2^timeout
 MRC_TIMEOUT_UNIT_S = 1.024e-6  # MRC (mrc_qp_attr.timeout): local ACK timeout = 1.024 µs x 2^t
 MRC_TIMEOUT_MAX = 24  # 17.18 s
@@ -275,8 +280,15 @@ class TransportConfig:
             raise ValueError("tail_copies must be 1..16")
         if self.ack_miss_limit < 1:
             raise ValueError("ack_miss_limit must be >= 1")
-        if self.ack_every < 1:
-            raise ValueError("ack_every must be >= 1")
+        if isinstance(self.ack_every, bool) or not isinstance(self.ack_every, int):
+            raise ValueError(
+                f"ack_every must be an integer 1..{ACK_EVERY_MAX}, got {self.ack_every!r}"
+            )
+        if not 1 <= self.ack_every <= ACK_EVERY_MAX:
+            raise ValueError(f"ack_every must be 1..{ACK_EVERY_MAX}, got {self.ack_every}")
+        v = self.ack_delay
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= ACK_DELAY_MAX:
+            raise ValueError(f"ack_delay must be seconds in [0, {ACK_DELAY_MAX}], got {v!r}")
         if not 0 < self.weight_min <= 1:
             raise ValueError("weight_min must be in (0, 1]")
         problem = check_dscps(self.trimmable_dscp, self.trimmed_dscp, self.control_dscp)

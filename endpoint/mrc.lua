@@ -52,7 +52,8 @@ local f = {
     -- AETH (4 bytes, IBA 9.3.5)
     syndrome = ProtoField.uint8("mrc.aeth.syndrome", "Syndrome", base.HEX, SYNDROMES),
     msn = ProtoField.uint24("mrc.aeth.msn", "MSN", base.DEC),
-    -- ACK/SACK extension (28 bytes)
+    -- ACK/SACK extension (32 bytes)
+    coalesced = ProtoField.uint8("mrc.sack.coalesced", "Coalesced (in-order packets before the triggering one)", base.DEC),
     cum_psn = ProtoField.uint24("mrc.sack.cum_psn", "Cumulative PSN (next expected)", base.DEC),
     sack_base = ProtoField.uint24("mrc.sack.sack_base", "SACK base PSN", base.DEC),
     sack_bitmap = ProtoField.uint64("mrc.sack.sack_bitmap", "SACK bitmap", base.HEX),
@@ -61,6 +62,7 @@ local f = {
     sflags = ProtoField.uint8("mrc.sack.flags", "Flags", base.HEX),
     dup = ProtoField.bool("mrc.sack.flags.dup", "Duplicate", 8, nil, 0x01),
     ts_echo = ProtoField.uint64("mrc.sack.ts_echo", "Timestamp echo (ns)", base.DEC),
+    ack_delay = ProtoField.uint32("mrc.sack.ack_delay", "ACK delay (ns held by the receiver)", base.DEC),
     -- NACK extension (16 bytes)
     n_cum_psn = ProtoField.uint24("mrc.nack.cum_psn", "Cumulative PSN", base.DEC),
     n_ev = ProtoField.uint16("mrc.nack.ev", "EV", base.DEC),
@@ -127,8 +129,9 @@ local function dissect_ack(tvb, pinfo, tree, at)
     local syn = tvb(at, 1):uint()
     at = at + 4
     if syn == 0x1F then
-        if not need(tvb, tree, at, 28) then return "ACK (cut short)" end
-        local t = tree:add(mrc, tvb(at, 28), "MRC ACK/SACK extension")
+        if not need(tvb, tree, at, 32) then return "ACK (cut short)" end
+        local t = tree:add(mrc, tvb(at, 32), "MRC ACK/SACK extension")
+        t:add(f.coalesced, tvb(at, 1))
         t:add(f.cum_psn, tvb(at + 1, 3))
         t:add(f.sack_base, tvb(at + 5, 3))
         t:add(f.sack_bitmap, tvb(at + 8, 8))
@@ -137,8 +140,10 @@ local function dissect_ack(tvb, pinfo, tree, at)
         local fl = t:add(f.sflags, tvb(at + 19, 1))
         fl:add(f.dup, tvb(at + 19, 1))
         t:add(f.ts_echo, tvb(at + 20, 8))
-        return string.format("ACK cum=%d base=%d ev=%d ce=%d", tvb(at + 1, 3):uint(),
-            tvb(at + 5, 3):uint(), tvb(at + 16, 2):uint(), tvb(at + 18, 1):uint())
+        t:add(f.ack_delay, tvb(at + 28, 4))
+        return string.format("ACK cum=%d base=%d ev=%d ce=%d n=%d", tvb(at + 1, 3):uint(),
+            tvb(at + 5, 3):uint(), tvb(at + 16, 2):uint(), tvb(at + 18, 1):uint(),
+            tvb(at, 1):uint() + 1)
     elseif syn == 0x60 then
         if not need(tvb, tree, at, 16) then return "NACK (cut short)" end
         local t = tree:add(mrc, tvb(at, 16), "MRC NACK extension")

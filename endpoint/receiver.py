@@ -6,6 +6,15 @@ Order of checks for a data packet: header version; PSN (duplicate -> re-ACK, bey
 drop + NACK out-of-window); trimmed (DSCP 11 or short payload -> NACK trimmed in spraying modes,
 drop in single-path as RoCE would on a bad ICRC); packet CRC; lengths; message consistency;
 overlap. Only then: mark PSN, place bytes, ACK, and on completion verify the message crc32.
+
+ACKs are coalesced as TCP's delayed ACK (RFC 1122 4.2.3.2, RFC 5681 4.2), DCTCP's CE rule
+(RFC 8257 3.2) and QUIC's ACK frequency draft do it (docs/transport.md, "Delayed ACKs"): a run of
+in-order packets with one CE state is answered by one ACK after ``ack_every`` packets or
+``ack_delay``, whichever comes first; anything the sender's loss, EV or RTT logic must see at
+once -- a packet out of order, one that fills a gap, a retransmission, the end of a message, a
+duplicate, a CE change -- is ACKed at once, and a run still pending leaves first in an ACK of
+its own. So every data packet is named by exactly one ACK (its own, or the run's), as with one
+ACK per packet, and the run's ACK says how many packets it answers and how long it was held.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ from endpoint.psn import PSN_MASK, psn_add, psn_diff
 from endpoint.reassembly import Reassembly
 from endpoint.stats import ConnectionStats
 from endpoint.wire import (
+    DATA_FLAG_RETX,
     NACK_OUT_OF_WINDOW,
     NACK_SEQUENCE,
     NACK_TRIMMED,
@@ -69,10 +79,11 @@ class Receiver:
         self._nak_sent_for: int | None = None  # go-back-N: one NAK per gap, like RC
         self.msn = 0
         self.deliveries: list[Delivery] = []
-        # Pending coalesced ACK: (ev, psn, ts) of the latest packet, CE count, deadline.
-        self._pending: tuple[int, int, int] | None = None
+        # The run of in-order packets a coalesced ACK will answer: (ev, psn, send ts, arrival)
+        # of its latest packet, how many, their CE state, and when the ACK is due at the latest.
+        self._pending: tuple[int, int, int, float] | None = None
         self._pending_count = 0
-        self._pending_ce = 0
+        self._pending_ce = False
         self.ack_deadline: float | None = None
         # Replies to EV e leave on EV pair(e) by default (cfg.reply_ev "paired"): the sender's
         # view of e then covers a whole round trip, so a reverse path that dies retires e
@@ -113,7 +124,8 @@ class Receiver:
         ce = (tos & 3) == ECN_CE
         if d < 0 or (d > 0 and (self._bits >> d) & 1):
             st.counters["dup_data"] += 1
-            self._ack_now(pkt.ev, psn, pkt.send_ts, ce, out, dup=True)
+            self.flush_ack(out, now)
+            self._send_ack(pkt.ev, psn, pkt.send_ts, int(ce), 0, 0, out, dup=True)
             return
         if d >= self.cfg.window_psns:
             drops["out_of_window"] += 1
@@ -164,13 +176,19 @@ class Receiver:
         if msg_id not in self._reasm:
             self._reasm[msg_id] = r
             self._reserved += msg_len
+        fills_gap = d == 0 and self._bits != 0  # packets beyond this one are already here
         self._mark(d)
         r.place(offset, pkt.payload)
         st.counters["data_rx"] += 1
         st.counters["bytes_placed"] += plen
         if r.complete:
             self._complete(msg_id, r, now)
-        self._ack(pkt.ev, psn, pkt.send_ts, ce, d, out, now)
+        if d != 0 or self.cfg.ack_every == 1:
+            self.flush_ack(out, now)  # a run still pending is answered first, on its own
+            self._send_ack(pkt.ev, psn, pkt.send_ts, int(ce), 0, 0, out)
+            return
+        urgent = fills_gap or pkt.flags & DATA_FLAG_RETX or offset + plen == msg_len
+        self._coalesce(pkt.ev, psn, pkt.send_ts, ce, bool(urgent), out, now)
 
     def _mark(self, d: int) -> None:
         self._bits |= 1 << d
@@ -210,29 +228,52 @@ class Receiver:
 
     # -- ACKs --------------------------------------------------------------------------------
 
-    def _ack(self, ev: int, psn: int, ts: int, ce: bool, d: int, out: list, now: float) -> None:
-        if self.cfg.ack_every == 1 or ce or d != 0:
-            self._ack_now(ev, psn, ts, ce, out)
-            return
-        self._pending = (ev, psn, ts)
+    def _coalesce(
+        self, ev: int, psn: int, ts: int, ce: bool, urgent: bool, out: list, now: float
+    ) -> None:
+        """Add an in-order packet to the run a coalesced ACK answers; send it when due.
+
+        A run has one CE state (DCTCP, RFC 8257 3.2): a change sends the old run's ACK at once,
+        so an ACK's ECN echo holds for every packet it answers and the sender can mark each of
+        their EVs. ``urgent`` packets (a gap filled, a retransmission, a message's last packet)
+        end the run at once: the sender's spurious-loss test and its tail need their own ACK now.
+        """
+        if self._pending_count and self._pending_ce != ce:
+            self.flush_ack(out, now)
+        self._pending = (ev, psn, ts, now)
         self._pending_count += 1
-        if self._pending_count >= self.cfg.ack_every:
-            self.flush_ack(out)
+        self._pending_ce = ce
+        if urgent or self._pending_count >= self.cfg.ack_every:
+            self.flush_ack(out, now)
         elif self.ack_deadline is None:
             self.ack_deadline = now + self.cfg.ack_delay
 
-    def flush_ack(self, out: list) -> None:
+    def flush_ack(self, out: list, now: float) -> None:
+        """Send the pending run's ACK (if any): it names its latest packet, how many in-order
+        packets before it it answers, and how long that packet's ACK was held."""
         if self._pending is None:
             return
-        ev, psn, ts = self._pending
-        self._ack_now(ev, psn, ts, False, out)
-
-    def _ack_now(self, ev: int, psn: int, ts: int, ce: bool, out: list, dup: bool = False) -> None:
-        ce_count = min(255, self._pending_ce + (1 if ce else 0))
+        ev, psn, ts, at = self._pending
+        n = self._pending_count
+        ce = n if self._pending_ce else 0
         self._pending = None
         self._pending_count = 0
-        self._pending_ce = 0
+        self._pending_ce = False
         self.ack_deadline = None
+        held = min(_U32, max(0, round((now - at) * 1e9)))
+        self._send_ack(ev, psn, ts, ce, n - 1, held, out)
+
+    def _send_ack(
+        self,
+        ev: int,
+        psn: int,
+        ts: int,
+        ce_count: int,
+        coalesced: int,
+        held_ns: int,
+        out: list,
+        dup: bool = False,
+    ) -> None:
         d = psn_diff(psn, self.rcv_nxt)
         # The 64-PSN block holding the triggering PSN (first block if it is behind rcv_nxt).
         block = (d - 1) // SACK_BITS if d > 0 else 0
@@ -246,10 +287,12 @@ class Receiver:
             psn_add(self.rcv_nxt, rel),
             bitmap,
             ev,
-            ce_count,
+            min(255, ce_count),
             ts,
             SACK_FLAG_DUP if dup else 0,
             self.msn,
+            coalesced,
+            held_ns,
         )
         out.append((self._reply_ev(ev), payload, self._tos_control))
 

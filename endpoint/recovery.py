@@ -64,7 +64,7 @@ class RecoveryPolicy:
     tlp: bool
     # A loss or data RTO retires its EV, FAILED EVs are probed and re-admitted, resends go to
     # the EVs acknowledged last, last-resort resends go out in ``tail_copies`` copies, an EV
-    # whose own ACKs go missing is retired (``ack_every`` 1), and the optional loss sweep.
+    # whose own ACKs go missing is retired, and the optional loss sweep.
     failover: bool
 
 
@@ -109,8 +109,12 @@ class Recovery:
         self.qp_error = False
         self.reo_mult = 1  # the reorder allowance's multiple (on_spurious)
         self._reo_at = float("-inf")
-        # Reverse-path checks need one ACK per packet (with coalescing, "covered" is normal).
-        self._ack_paths = policy.failover and cfg.ack_every == 1
+        # Reverse-path checks need every packet named by an ACK of its own or of its run: the
+        # receiver sends a pending run's ACK before any other, so coalescing keeps that true.
+        self._ack_paths = policy.failover
+        # The longest a receiver holds an ACK on purpose (0 without coalescing): the timers
+        # that wait for an ACK wait this much longer, as QUIC's PTO adds max_ack_delay.
+        self.max_ack_delay = cfg.ack_delay if cfg.ack_every > 1 else 0.0
         self._tlp_epoch = float("nan")  # last_progress_at when the last tail-loss probe left
         # The loss sweep (_open_sweep): None, or when it ends; EVs must have worked since when.
         self._sweep_on = policy.failover and cfg.loss_sweep
@@ -135,22 +139,23 @@ class Recovery:
 
     def on_ack(
         self,
-        ev_path: EVPath | None,
+        answered: list[tuple[EVPath, float]],
         covered: list[OutPacket],
         progress: bool,
         newest: float,
         rtt: float | None,
         now: float,
     ) -> None:
-        """An ACK was read: it came back on ``ev_path``, acknowledged ``covered`` packets on
+        """An ACK was read: it answered packets sent on the ``answered`` EVs at the times given
+        (its trigger last; a coalesced ACK answers a run), acknowledged ``covered`` packets on
         behalf of others, new data (``progress``), and packets sent up to ``newest``."""
-        if ev_path is not None:
-            ev_path.ack_misses = 0
+        for path, sent in answered:
+            path.ack_misses = 0
             # Only the loss sweep reads proven_at: with it off, no work per ACK.
-            if self._sweep_on and rtt is not None and now - rtt > ev_path.proven_at:
-                ev_path.proven_at = now - rtt  # the packet this ACK answers left then
-        if covered and rtt is not None and self._ack_paths:
-            self._missing_acks(covered, now - rtt, now)
+            if self._sweep_on and rtt is not None and sent > path.proven_at:
+                path.proven_at = sent  # the packet this ACK answers left then
+        if covered and rtt is not None and self._ack_paths and answered:
+            self._missing_acks(covered, answered[-1][1], now)
         if progress:
             self.rto_backoff = 1
             self.retries = 0
@@ -194,7 +199,9 @@ class Recovery:
         ``ack_miss_limit`` such packets in a row (one lost ACK is noise) it is retired like a
         dead forward path, and its probes (answered on the same pair) re-admit it.
         """
-        limit = trigger_sent - self.reorder_allowance()
+        # A run's ACK may leave up to max_ack_delay after its first packet arrived, together
+        # with the ACK of a later packet: only a lateness beyond that is a missing ACK.
+        limit = trigger_sent - self.reorder_allowance() - self.max_ack_delay
         by_ev = self.evs.by_ev
         for p in covered:
             if p.sent_at >= limit:
@@ -344,7 +351,7 @@ class Recovery:
             return self.cfg.single_path_rto
         if self.cfg.ack_timeout is not None:  # MRC's local ACK timeout, set by the QP
             return MRC_TIMEOUT_UNIT_S * (1 << self.cfg.ack_timeout) * self.rto_backoff
-        return self.rtt.rto() * self.rto_backoff
+        return (self.rtt.rto() + self.max_ack_delay) * self.rto_backoff
 
     def _tlp_time(self) -> float | None:
         """When to send a tail-loss probe, or None.
@@ -361,7 +368,9 @@ class Recovery:
         newest = next(reversed(self.inflight.values()))
         since = max(newest.sent_at, self.last_progress_at)
         pto = TLP_PTO_SRTT_FACTOR * self.rtt.smoothed(self.cfg.rto_initial)
-        return since + max(pto, self.cfg.tlp_pto_min)
+        # The probed packet's ACK may be held by a coalescing receiver (RFC 8985 7.2 adds the
+        # worst-case delayed-ACK time, QUIC's PTO max_ack_delay).
+        return since + max(pto, self.cfg.tlp_pto_min) + self.max_ack_delay
 
     def next_timer(self) -> float | None:
         t = None

@@ -68,7 +68,8 @@ class Sender:
         self.pace_at = float("-inf")
         self._pace_blocked = False
         self.completions: list[MessageCompletion] = []
-        self._lost_copies: dict[int, int] = {}  # PSN -> send ts (ns) of a copy declared lost
+        # PSN -> (send ts in ns, EV) of a first copy declared lost and resent
+        self._lost_copies: dict[int, tuple[int, int]] = {}
         values = cfg.ev_values()
         self.single_ev = values[cfg.single_path_ev_index]
         self.single_plane = cfg.single_path_ev_index % cfg.planes
@@ -203,7 +204,7 @@ class Sender:
             self.stats.retransmits[p.reason] += 1
             if p.reason == "loss" and p.transmissions == 1:
                 lost = self._lost_copies
-                lost[p.psn] = p.ts_ns  # the copy declared lost, should its ACK come after all
+                lost[p.psn] = (p.ts_ns, p.ev)  # the copy declared lost, should it arrive after all
                 if len(lost) > LOST_COPIES_KEPT:
                     del lost[next(iter(lost))]
         p.transmissions += 1
@@ -271,11 +272,16 @@ class Sender:
             st.drops["bad_ack"] += 1  # acknowledges PSNs never sent
             return
         st.counters["ack_rx"] += 1
-        rtt = self._rtt_sample(a.ts_echo, now)
+        rtt = self._rtt_sample(a.ts_echo, a.ack_delay, now)
+        direct = a.psn
+        n = a.coalesced
+        # A coalesced ACK also answers the in-order packets before its trigger (found before
+        # they are marked acknowledged: their EVs get the same feedback as the trigger's).
+        run = self._run_members(direct, n, a.cum_psn) if n else []
+        self._spurious_by_echo(a, run, now)
         acked = 0
         newest = float("-inf")
         unacked = self.unacked
-        direct = a.psn
         # Packets acknowledged by another packet's ACK (cumulative or SACK), not their own.
         covered: list[OutPacket] = []
         if dc > 0:
@@ -284,26 +290,16 @@ class Sender:
                 p = unacked.get(psn_add(base, i))
                 if p is not None:
                     acked += self._acked(p, now)
-                    if p.psn != direct:
+                    if not 0 <= psn_diff(direct, p.psn) <= n:
                         covered.append(p)
                     if p.transmissions == 1 and p.sent_at > newest:
                         newest = p.sent_at
             self.snd_una = a.cum_psn
         p = unacked.get(direct)
-        # Declared lost, and now an ACK for the copy sent before that declaration -- while the
-        # packet waits for its resend, or after the resend (even after the resend's own ACK):
-        # the loss was reordering (Recovery.on_spurious).
-        # (The copy stays remembered until its own ACK or trim NACK comes, or LOST_COPIES_KEPT
-        # newer ones push it out: the resend's ACK often comes first.)
-        if (p is not None and p.reason == "loss" and p.state == LOST) or (
-            self._lost_copies.get(direct) == a.ts_echo
-        ):
-            self._lost_copies.pop(direct, None)
-            self.recovery.on_spurious(a.ev_echo, now)
         if p is not None:
             acked += self._acked(p, now)
-            if rtt is not None:
-                newest = max(newest, now - rtt)
+        if rtt is not None:
+            newest = max(newest, a.ts_echo / 1e9)  # the copy this ACK answers left then
         bits = a.sack_bitmap
         if bits and -window <= psn_diff(a.sack_base, self.snd_una) <= window:
             base = a.sack_base
@@ -319,31 +315,114 @@ class Sender:
                 bits ^= low
         while self.snd_una != self.next_psn and self.snd_una not in unacked:
             self.snd_una = psn_add(self.snd_una, 1)
-        ev_path = self.evs.by_ev.get(a.ev_echo)
-        if ev_path is not None:
-            recent = self.evs.recent
-            if not recent or recent[-1] is not ev_path:
-                recent.append(ev_path)
-        self.recovery.on_ack(ev_path, covered, acked > 0, newest, rtt, now)
+        answered = self._answered(a.ev_echo, a.ts_echo / 1e9, run)
+        self.recovery.on_ack(answered, covered, acked > 0, newest, rtt, now)
         ce = a.ecn_echo > 0
         if ce:
             st.counters["ecn_echo_rx"] += 1
-            self.evs.on_congestion(a.ev_echo, now, "ecn")
-        else:
-            self.evs.on_clean_ack(a.ev_echo, now)
+        self._ev_feedback(answered, ce, now)
         if acked:
             self.cc.on_ack(acked, rtt, ce, now, self.recovery.inflight_bytes)
 
-    def _rtt_sample(self, ts_echo: int, now: float) -> float | None:
+    def _run_members(self, direct: int, n: int, cum: int) -> list[tuple[OutPacket, int | None]]:
+        """The packets a coalesced ACK answers besides its trigger -- PSNs ``direct - n`` ..
+        ``direct - 1``, still unacknowledged and below its cumulative PSN -- each with the EV its
+        arriving copy took (None if that is no longer known). Only first copies join a run:
+        the receiver ends a run at once with any retransmission."""
+        out: list[tuple[OutPacket, int | None]] = []
+        unacked = self.unacked
+        lost = self._lost_copies
+        for i in range(1, n + 1):
+            psn = psn_add(direct, -i)
+            p = unacked.get(psn)
+            if p is None or psn_diff(cum, psn) <= 0:
+                continue
+            if p.transmissions == 1:
+                out.append((p, p.ev))
+            else:
+                copy = lost.get(psn)
+                out.append((p, None if copy is None else copy[1]))
+        return out
+
+    def _spurious_by_echo(
+        self, a: AckPacket, run: list[tuple[OutPacket, int | None]], now: float
+    ) -> None:
+        """Loss declarations this ACK proves wrong by naming a copy sent before them.
+
+        The trigger: declared lost, and now an ACK for the copy sent before that declaration --
+        while the packet waits for its resend, or after the resend (even after the resend's own
+        ACK): the loss was reordering (Recovery.on_spurious). (The copy stays remembered until
+        its own ACK or trim NACK comes, or LOST_COPIES_KEPT newer ones push it out: the resend's
+        ACK often comes first.) A coalesced run's other packets are first copies (see
+        `_run_members`): one whose first copy was declared lost and resent proves the same.
+        A packet whose only copy is acknowledged while its resend waits is `_acked`'s case.
+        """
+        direct = a.psn
+        p = self.unacked.get(direct)
+        copy = self._lost_copies.get(direct)
+        if p is not None and p.reason == "loss" and p.state == LOST and p.transmissions > 1:
+            self.recovery.on_spurious(a.ev_echo, now)
+        elif copy is not None and copy[0] == a.ts_echo:
+            del self._lost_copies[direct]
+            self.recovery.on_spurious(a.ev_echo, now)
+        for q, _ in run:
+            copy = self._lost_copies.pop(q.psn, None)
+            if copy is not None:
+                self.recovery.on_spurious(copy[1], now)
+
+    def _answered(
+        self, ev: int, sent: float, run: list[tuple[OutPacket, int | None]]
+    ) -> list[tuple[EVPath, float]]:
+        """The paths of the EVs whose packets an ACK answers, with those packets' send times:
+        a run's packets oldest first, its trigger (``ev``, sent at ``sent``) last."""
+        by_ev = self.evs.by_ev
+        answered: list[tuple[EVPath, float]] = []
+        for p, run_ev in reversed(run):
+            path = by_ev.get(run_ev) if run_ev is not None else None
+            if path is not None:
+                answered.append((path, p.sent_at))
+        path = by_ev.get(ev)
+        if path is not None:
+            answered.append((path, sent))
+        return answered
+
+    def _ev_feedback(self, answered: list[tuple[EVPath, float]], ce: bool, now: float) -> None:
+        """ECN or clean-ACK feedback to every EV an ACK answers -- a run's ACK holds for all its
+        packets, which share one CE state -- and those EVs join the latest-ACKed (where
+        resends go), the trigger's last. With one ACK per packet each EV got this from its own
+        ACK; a coalesced ACK that fed back only its trigger's EV starved the rest (a congested
+        EV recovered ack_every times slower, REPS recycled one EV in ack_every)."""
+        evs = self.evs
+        recent = evs.recent
+        for path, _ in answered:
+            if not recent or recent[-1] is not path:
+                recent.append(path)
+            if ce:
+                evs.on_congestion(path.ev, now, "ecn")
+            else:
+                evs.on_clean_ack(path.ev, now)
+
+    def _rtt_sample(self, ts_echo: int, held_ns: int, now: float) -> float | None:
+        """The round trip of the copy an ACK answers, without the time the receiver held the
+        ACK on purpose (QUIC's ACK Delay): a coalesced ACK waits up to ``ack_delay``, and that
+        wait counted as queueing made NSCC cut the window and the RTO and reorder allowance
+        grow. A hold longer than the whole round trip is not believed."""
         rtt = now - ts_echo / 1e9
         if not 0.0 <= rtt <= _MAX_RTT_SAMPLE:
             return None
+        held = held_ns / 1e9
+        if held <= rtt:
+            rtt -= held
         self.rtt.sample(rtt)
         self.stats.rtt_samples.append((now, rtt))
         return rtt
 
     def _acked(self, p: OutPacket, now: float) -> int:
-        """Mark ``p`` delivered; returns its bytes."""
+        """Mark ``p`` delivered; returns its bytes. A packet declared lost whose only copy is
+        acknowledged, by whatever ACK, was reordered, not lost (Recovery.on_spurious): a
+        coalesced or cumulative ACK may be the only one that ever names it."""
+        if p.state == LOST and p.reason == "loss" and p.transmissions == 1:
+            self.recovery.on_spurious(p.ev, now)
         del self.unacked[p.psn]
         self.recovery.on_acked(p)
         msg = p.msg
@@ -389,7 +468,8 @@ class Sender:
         """Is `n` the trim NACK of a copy that RACK had declared lost?"""
         if p is not None and p.reason == "loss" and p.state == LOST and p.ts_ns == n.ts_echo:
             return True
-        if self._lost_copies.get(n.psn) == n.ts_echo:
+        copy = self._lost_copies.get(n.psn)
+        if copy is not None and copy[0] == n.ts_echo:
             del self._lost_copies[n.psn]
             return True
         return False

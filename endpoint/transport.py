@@ -130,7 +130,7 @@ class Connection:
         r = self.receiver
         ack_due = r.ack_deadline is not None and r.ack_deadline <= now
         if ack_due:
-            r.flush_ack(self._ctrl)
+            r.flush_ack(self._ctrl, now)
         if self.prober.runs and (tp := self.prober.next_deadline()) is not None and tp <= now:
             self.prober.expire(now)
             ts = self.sender.next_timer()

@@ -4,7 +4,7 @@ Layout (documented byte by byte in ``docs/wire-format.md``; MRC-style, not the s
 layout)::
 
     UDP dport 4791 / BTH (12 B) / MRCData (40 B) / payload          opcode 0x0A
-    UDP dport 4791 / BTH (12 B) / AETH (4 B) / MRCSack (28 B)       opcode 0x11, syndrome 0x1F
+    UDP dport 4791 / BTH (12 B) / AETH (4 B) / MRCSack (32 B)       opcode 0x11, syndrome 0x1F
     UDP dport 4791 / BTH (12 B) / AETH (4 B) / MRCNack (16 B)       opcode 0x11, syndrome 0x60
     UDP dport 4791 / BTH (12 B) / MRCProbe (16 B)                   opcode 0xC0
     UDP dport 4791 / BTH (12 B) / MRCProbeAck (16 B)                opcode 0xC1
@@ -192,11 +192,17 @@ class AETH(Packet):
 
 
 class MRCSack(Packet):
-    """ACK/SACK extension (28 bytes). BTH.psn is the PSN of the packet that triggered it."""
+    """ACK/SACK extension (32 bytes). BTH.psn is the PSN of the packet that triggered it.
+
+    A coalesced ACK answers ``coalesced`` + 1 data packets that arrived in order, PSNs
+    ``psn - coalesced`` .. ``psn``, all with one CE state, and says how long the receiver held
+    it (``ack_delay``): the sender credits each of those packets' EVs and takes the hold out of
+    its RTT sample, as QUIC's ACK Delay field lets a QUIC sender do.
+    """
 
     name = "MRCSack"
     fields_desc = [
-        ByteField("resv0", 0),
+        ByteField("coalesced", 0),  # in-order data packets answered before the triggering one
         BitField("cum_psn", 0, 24),  # next PSN expected: every PSN before it has arrived
         ByteField("resv1", 0),
         BitField("sack_base", 0, 24),  # bit i of sack_bitmap is PSN sack_base + i
@@ -205,10 +211,13 @@ class MRCSack(Packet):
         ByteField("ecn_echo", 0),  # CE-marked data packets covered by this ACK
         FlagsField("flags", 0, 8, ["dup", "f1", "f2", "f3", "f4", "f5", "f6", "f7"]),
         LongField("ts_echo", 0),  # send_ts of the triggering packet
+        IntField("ack_delay", 0),  # ns the receiver held this ACK after the triggering packet
     ]
 
     def mysummary(self) -> str:
-        return self.sprintf("MRCSack cum=%cum_psn% base=%sack_base% ev=%ev_echo% ce=%ecn_echo%")
+        return self.sprintf(
+            "MRCSack cum=%cum_psn% base=%sack_base% ev=%ev_echo% ce=%ecn_echo% n=%coalesced%"
+        )
 
 
 class MRCNack(Packet):

@@ -120,7 +120,8 @@ ack_fields = st.fixed_dictionaries(
         "ecn_echo": u8,
         "flags": u8,
         "ts_echo": u64,
-        "resv0": u8,
+        "coalesced": u8,
+        "ack_delay": u32,
         "resv1": u8,
     }
 )
@@ -312,7 +313,8 @@ def _reencode(p: codec.Packet) -> bytes:
             ts_echo=p.ts_echo,
             flags=p.flags,
             msn=p.msn,
-            resv0=p.resv0,
+            coalesced=p.coalesced,
+            ack_delay=p.ack_delay,
             resv1=p.resv1,
             **bth,
         )

@@ -65,6 +65,8 @@ FIELDS = [
     ("mrc.sack.ecn_echo", MRCSack, "ecn_echo"),
     ("mrc.sack.flags", MRCSack, "flags"),
     ("mrc.sack.ts_echo", MRCSack, "ts_echo"),
+    ("mrc.sack.coalesced", MRCSack, "coalesced"),
+    ("mrc.sack.ack_delay", MRCSack, "ack_delay"),
     ("mrc.nack.cum_psn", MRCNack, "cum_psn"),
     ("mrc.nack.ev", MRCNack, "ev"),
     ("mrc.nack.reason", MRCNack, "reason"),
@@ -101,7 +103,8 @@ def packets(seed: int) -> list[Ether]:
             / BTH(opcode=OP_RC_ACKNOWLEDGE, dqpn=u24(), psn=u24())
             / AETH(syndrome=SYNDROME_ACK, msn=u24())
             / MRCSack(cum_psn=u24(), sack_base=u24(), sack_bitmap=u64() >> 1, ev_echo=ev,
-                      ecn_echo=rng.randrange(256), flags=rng.choice([0, 1]), ts_echo=u64() >> 1)
+                      ecn_echo=rng.randrange(256), flags=rng.choice([0, 1]), ts_echo=u64() >> 1,
+                      coalesced=rng.randrange(256), ack_delay=u32())
         )  # fmt: skip
         out.append(
             Ether() / _ip(TOS_CONTROL) / UDP(sport=ev, dport=4791)
