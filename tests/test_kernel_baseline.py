@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from testbed.harness import iperf_output
 from testbed.harness import kernel_baseline as kb
 from testbed.scenario import validate
 
@@ -74,19 +75,21 @@ SAMPLE = {
 
 
 def test_receiver_intervals_reads_the_sums_and_skips_omitted():
-    assert kb.receiver_intervals(SAMPLE) == [
+    assert iperf_output.receiver_intervals(SAMPLE) == [
         (0.0, 0.100173, 214600),
         (0.100173, 0.200131, 250000),
         (0.200131, 0.242515, 81088),
     ]
     doc = json.loads(json.dumps(SAMPLE))
     doc["intervals"][0]["sum"]["omitted"] = True
-    assert [iv[2] for iv in kb.receiver_intervals(doc)] == [250000, 81088]
-    assert kb.receiver_intervals({"start": {}, "intervals": [], "end": {}}) == []
+    assert [iv[2] for iv in iperf_output.receiver_intervals(doc)] == [250000, 81088]
+    assert iperf_output.receiver_intervals({"start": {}, "intervals": [], "end": {}}) == []
 
 
 def test_spread_makes_uniform_millisecond_samples_capped_at_the_flow_size():
-    samples, done = kb.spread(kb.receiver_intervals(SAMPLE), offset=1.5, limit=500000)
+    samples, done = iperf_output.spread(
+        iperf_output.receiver_intervals(SAMPLE), offset=1.5, limit=500000
+    )
     assert sum(n for _, n in samples) == 500000  # 545688 received, the block overshoot dropped
     times = [t for t, _ in samples]
     assert times == sorted(times)
@@ -102,11 +105,11 @@ def test_spread_makes_uniform_millisecond_samples_capped_at_the_flow_size():
 
 
 def test_spread_keeps_every_byte_and_reports_no_completion_when_short():
-    samples, done = kb.spread([(0.0, 0.1, 1001), (0.1, 0.15, 0)], offset=0.0, limit=10**6)
+    samples, done = iperf_output.spread([(0.0, 0.1, 1001), (0.1, 0.15, 0)], offset=0.0, limit=10**6)
     assert done is None
     assert sum(n for _, n in samples) == 1001 and len(samples) == 100
     assert sorted({n for _, n in samples}) == [10, 11]  # remainder spread over the first slices
-    short, done = kb.spread([(0.0, 0.0004, 500)], offset=2.0, limit=500)
+    short, done = iperf_output.spread([(0.0, 0.0004, 500)], offset=2.0, limit=500)
     assert short == [(pytest.approx(2.0004), 500)] and done == pytest.approx(2.0004)
 
 
@@ -133,11 +136,11 @@ SERVER_LINES = [
 
 
 def test_server_anchors_take_the_earliest_upper_bound_per_data_port():
-    anchors = kb.server_anchors(SERVER_LINES)
+    anchors = iperf_output.server_anchors(SERVER_LINES)
     assert set(anchors) == {55734, 55742}
     assert anchors[55734] == pytest.approx(100.1345)  # tick 2, not the late tick 1 (100.136)
     assert anchors[55742] == pytest.approx(101.000 - 0.07 + 0.005)
-    assert kb.server_anchors([]) == {}
+    assert iperf_output.server_anchors([]) == {}
 
 
 # `ip mptcp monitor` lines as the kernel prints them (remid/locid/backup fields left out)
@@ -159,18 +162,18 @@ MONITOR = """\
 
 
 def test_monitor_subflows_counts_live_subflows_per_connection():
-    assert kb.monitor_subflows(MONITOR.splitlines()) == {50502: 2, 50510: 4}
-    assert kb.monitor_subflows([]) == {}
+    assert iperf_output.monitor_subflows(MONITOR.splitlines()) == {50502: 2, 50510: 4}
+    assert iperf_output.monitor_subflows([]) == {}
 
 
 def test_load_json_tolerates_missing_and_cut_short_files(tmp_path):
     good = tmp_path / "good.json"
     good.write_text(json.dumps(SAMPLE))
-    assert kb.load_json(good)["end"]["sum_sent"]["retransmits"] == 3
+    assert iperf_output.load_json(good)["end"]["sum_sent"]["retransmits"] == 3
     cut = tmp_path / "cut.json"
     cut.write_text(json.dumps(SAMPLE)[:200])
-    assert kb.load_json(cut) is None
-    assert kb.load_json(tmp_path / "absent.json") is None
+    assert iperf_output.load_json(cut) is None
+    assert iperf_output.load_json(tmp_path / "absent.json") is None
 
 
 def _scenario(transport: str = "tcp"):
@@ -209,7 +212,7 @@ def test_kernel_flows_add_up_the_tests_of_each_pair():
         {"src": "h2", "dst": "h1", "bytes": 100, "launched_s": 0.0, "received": 0,
          "done_s": None},
     ]  # fmt: skip
-    a, b = kb.kernel_flow_records(rows)
+    a, b = iperf_output.kernel_flow_records(rows)
     assert (a.src, a.dst, a.bytes, a.acked_bytes) == ("h1", "h2", 200, 200)
     assert (a.start_s, a.done_s, a.retransmits) == (0.01, 0.5, {"tcp": 3})
     # No iperf3 output: it starts at its launch and never finishes.

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from testbed.analysis.metrics import measure
-from testbed.harness.kernel_baseline import MPTCP_EXTRA_PORTS, KernelBaseline
+from testbed.harness.kernel_baseline import KernelBaseline
+from testbed.harness.mptcp_setup import MPTCP_EXTRA_PORTS
 from testbed.scenario import validate
 from tests.conftest import tb, unique_name
 

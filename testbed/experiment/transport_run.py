@@ -50,8 +50,8 @@ from testbed.fabric.session import Fabric, new_name
 from testbed.fabric.switch_layout import layout_for_run
 from testbed.harness.driver import Driver, driver_for
 from testbed.harness.endpoint_driver import EndpointDriver, job_request
+from testbed.harness.errors import BaselineError
 from testbed.harness.ev_controller import EvController
-from testbed.harness.kernel_baseline import BaselineError
 from testbed.scenario import (
     Scenario,
     workload_hosts,

@@ -41,29 +41,8 @@ MPTCP iperf3's TCP_INFO sees one subflow only. The JSON sum is kept in ``details
 two agree within ~10 % when every flow completes). The hosts use the kernel's default congestion
 control (``bbr`` on the development VM), recorded in ``details``.
 
-MPTCP set-up, in every host of the workload: ``net.mptcp.enabled=1`` and
-``ip mptcp limits set subflows 8 add_addr_accepted 8``. The client (the flow's destination, which
-opens the connection) opens a subflow to every address the server announces, so the endpoints
-go on the *server* (flow source) hosts:
-
-* single plane: ``ip mptcp endpoint add <address> port <7001+j> signal`` for j < 3 (port-based
-  signal endpoints, kernel >= 5.12; the kernel listens on those ports itself; a port still held
-  by TIME_WAIT subflows of an earlier run in the namespace is skipped), so the client opens three
-  more subflows to other destination ports. Measured with ``ip mptcp monitor``: **4 subflows**
-  per connection (four 5-tuples that ECMP hashes independently) when the client host is not
-  itself a server (bulk, incast); **6-7** when it is (permutation, all-to-all, all-reduce), since
-  each side then opens subflows to the ports the other announced. Limits of 3 do not make that
-  4: both sides race for the last slots and the loser's subflow is closed again (3-5 seen).
-* multi-plane: ``ip mptcp endpoint add <plane-k address> dev <plane-k NIC> signal`` for every plane
-  k > 1: **one subflow per plane** (measured with planes=2: 2 subflows, also for hosts with both
-  roles, the bytes split ~50/50 between the two NICs, 33.5 Mbps over two 20 Mbps planes).
-  ``subflow`` endpoints on the client do not work here: the kernel opens them towards the
-  server's plane-1 address, which has no route out of a plane-k NIC (measured: no subflow, every
-  byte on plane 1).
-
-The subflows of each flow's data connection are counted from ``ip mptcp monitor`` in the client
-hosts: ``details["flows"][i]["subflows"]`` and ``details["subflows"]`` (min/max). The iperf3
-control connection is MPTCP as well and gets subflows of its own.
+MPTCP set-up (sysctl, limits, the endpoints the servers announce, and the ``ip mptcp monitor``
+that counts each connection's subflows) is testbed.harness.mptcp_setup, with what was measured.
 
 All-reduce: the steps run one after another in a background thread; a step starts one iperf3
 client per ring hop at once (from parallel threads: < 1 ms apart), against the servers started in
@@ -81,7 +60,8 @@ at 20 Mbps (``details["flows"][i]["startup_ms"]``: launch to test start, median 
 delays the next step's start.
 
 Everything started here (servers, clients, monitors) is a child process whose PID this object
-holds; `stop` ends them by PID, SIGTERM then SIGKILL, and nothing else. ``details`` (also written
+holds (testbed.harness.owned_processes); `stop` ends them by PID, SIGTERM then SIGKILL, and
+nothing else. Reading iperf3's output is testbed.harness.iperf_output. ``details`` (also written
 to ``<workdir>/kernel_flows.json`` by `collect`) has one row per iperf3 test.
 """
 
@@ -89,259 +69,41 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import shutil
-import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from contracts.stats import percentile
 from testbed.fabric import client
-from testbed.harness.records import FlowRecord, Message, TransportRun
+from testbed.harness.errors import BaselineError
+from testbed.harness.iperf_output import (
+    INTERVAL_S,
+    file_size,
+    file_tail,
+    kernel_flow_records,
+    load_json,
+    monitor_subflows,
+    receiver_intervals,
+    retrans_segs,
+    server_anchors,
+    spread,
+)
+from testbed.harness.mptcp_setup import SIGNAL_PORT_BASE, announce_endpoints, start_monitors
+from testbed.harness.owned_processes import Child, terminate
+from testbed.harness.records import Message, TransportRun
 from testbed.scenario import AllreduceWorkload, Flow, Scenario, flows, workload_hosts
 
 PORT_BASE = 5201
-SIGNAL_PORT_BASE = 7001
-MPTCP_EXTRA_PORTS = 3  # single plane: subflows per connection = 1 + this
-INTERVAL_S = 0.1
-SAMPLE_S = 0.001
 LISTEN_TIMEOUT_S = 10.0
-KILL_GRACE_S = 3.0  # iperf3 writes its JSON on SIGTERM: time for that on a loaded machine
 BUSY_RETRIES = 50
 BUSY_RETRY_S = 0.005
-_GRID_TOLERANCE_S = 0.006  # an interval end this close to k x INTERVAL_S is a timer tick
 
-
-class BaselineError(RuntimeError):
-    """The kernel baseline cannot run (a tool is missing, a server did not start, ...)."""
-
-
-# --------------------------------------------------------------------------- pure parsing
-
-
-def receiver_intervals(doc: Mapping[str, Any]) -> list[tuple[float, float, int]]:
-    """(start, end, bytes) of the receiver's intervals in an iperf3 ``-J`` document."""
-    out = []
-    for iv in doc.get("intervals") or ():
-        s = iv.get("sum") or {}
-        if s.get("omitted"):
-            continue
-        out.append((float(s["start"]), float(s["end"]), int(s["bytes"])))
-    return out
-
-
-def spread(
-    intervals: Iterable[tuple[float, float, int]],
-    offset: float,
-    limit: int,
-    sample_s: float = SAMPLE_S,
-) -> tuple[list[tuple[float, int]], float | None]:
-    """Each interval's bytes spread uniformly over it, in `sample_s` samples, capped at `limit`.
-
-    Returns the (time, bytes) samples, times shifted by `offset`, each sample stamped at the end
-    of its slice, and the time at which `limit` bytes had arrived (None if they never did).
-    """
-    samples: list[tuple[float, int]] = []
-    total = 0
-    done: float | None = None
-    for start, end, nbytes in intervals:
-        if nbytes <= 0 or total >= limit:
-            continue
-        span = max(end - start, 0.0)
-        n = max(1, round(span / sample_s))
-        base, extra = divmod(nbytes, n)
-        for j in range(n):
-            chunk = min(base + (1 if j < extra else 0), limit - total)
-            if chunk <= 0:
-                continue
-            total += chunk
-            t = offset + start + span * (j + 1) / n
-            samples.append((t, chunk))
-            if total >= limit:
-                done = t
-                break
-    return samples, done
-
-
-_CONNECTED = re.compile(r"local \S+ port \d+ connected to \S+ port (\d+)")
-_INTERVAL = re.compile(r"^\[\s*\d+\]\s+(\d+\.\d+)-(\d+\.\d+)\s+sec")
-
-
-def server_anchors(lines: Iterable[tuple[float, str]]) -> dict[int, float]:
-    """Test start time per client data port, from an iperf3 server's timestamped text output.
-
-    iperf3 buffers its text and writes it out when an interval timer fires (test start + k x
-    INTERVAL_S, never early) and when TEST_END arrives (the final partial interval, whose end it
-    prints with two decimals). Each line thus gives an upper bound of the start: ``arrival -
-    k x INTERVAL_S`` for a timer tick, ``arrival - end + 5 ms`` for the partial interval; the
-    smallest is kept (a write that reached us late, say behind a busy interpreter, then costs
-    nothing as long as one line of the test arrived promptly).
-    """
-    best: dict[int, float] = {}
-    port: int | None = None
-    for t, line in lines:
-        m = _CONNECTED.search(line)
-        if m:
-            port = int(m.group(1))
-            continue
-        if line.startswith("- - -"):
-            port = None  # the summary follows; its 0.00-D lines are written after the exchange
-            continue
-        m = _INTERVAL.match(line)
-        if m is None or port is None:
-            continue
-        end = float(m.group(2))
-        k = round(end / INTERVAL_S)
-        if k >= 1 and abs(end - k * INTERVAL_S) <= _GRID_TOLERANCE_S:
-            bound = t - k * INTERVAL_S
-        else:
-            bound = t - end + 0.005
-        best[port] = min(best.get(port, math.inf), bound)
-    return best
-
-
-def monitor_subflows(lines: Iterable[str]) -> dict[int, int]:
-    """Subflows per MPTCP connection (keyed by its first subflow's local port), from the output
-    of ``ip mptcp monitor`` in the connecting host: 1 + the SF_ESTABLISHED events of its token
-    - its SF_CLOSED events (the kernel closes the whole connection with one CLOSED event, so
-    SF_CLOSED only counts subflows that went away while it lived)."""
-    port_of: dict[str, int] = {}
-    joins: dict[str, int] = {}
-    for line in lines:
-        token = re.search(r"token=([0-9a-f]+)", line)
-        if token is None:
-            continue
-        tok = token.group(1)
-        if re.search(r"\[\s*CREATED\]", line):
-            sport = re.search(r"sport=(\d+)", line)
-            if sport:
-                port_of[tok] = int(sport.group(1))
-        elif "SF_ESTABLISHED" in line:
-            joins[tok] = joins.get(tok, 0) + 1
-        elif "SF_CLOSED" in line:
-            joins[tok] = joins.get(tok, 0) - 1
-    return {port: 1 + joins.get(tok, 0) for tok, port in port_of.items()}
-
-
-def load_json(path: Path) -> dict[str, Any] | None:
-    """An iperf3 JSON document, or None if the file is missing, empty or cut short."""
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
-def _size(path: Path | None) -> int | None:
-    try:
-        return path.stat().st_size if path else None
-    except OSError:
-        return None
-
-
-def _tail(path: Path, chars: int = 300) -> str:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")[-chars:].strip()
-    except OSError:
-        return ""
-
-
-def retrans_segs(pid: int) -> int:
-    """``Tcp: RetransSegs`` of the network namespace of `pid`."""
-    rows = [
-        line.split()
-        for line in Path(f"/proc/{pid}/net/snmp").read_text().splitlines()
-        if line.startswith("Tcp:")
-    ]
-    return int(rows[1][rows[0].index("RetransSegs")])
-
-
-# --------------------------------------------------------------------------- processes
-
-
-class _Child:
-    """A process of ours: its Popen, the monotonic time it exited, optionally its stdout lines."""
-
-    def __init__(
-        self,
-        argv: list[str],
-        out: Path,
-        err: Path,
-        *,
-        read_lines: bool = False,
-        on_exit: Callable[[], object] | None = None,
-    ) -> None:
-        self.argv = argv
-        self._on_exit = on_exit
-        self.started = time.monotonic()
-        self.ended: float | None = None
-        self.lines: list[tuple[float, str]] = []
-        self.done = threading.Event()
-        self._err = err.open("w")
-        self._out: IO[str] | None = None
-        if read_lines:
-            self.proc = subprocess.Popen(
-                argv, stdout=subprocess.PIPE, stderr=self._err, text=True, bufsize=1
-            )
-            self._reader = threading.Thread(target=self._read, args=(out,), daemon=True)
-            self._reader.start()
-        else:
-            self._out = out.open("w")
-            self.proc = subprocess.Popen(argv, stdout=self._out, stderr=self._err, text=True)
-            self._reader = None
-        self.pid = self.proc.pid
-        self._waiter = threading.Thread(target=self._wait, daemon=True)
-        self._waiter.start()
-
-    def _read(self, out: Path) -> None:
-        assert self.proc.stdout is not None
-        with out.open("w") as f:
-            for line in self.proc.stdout:
-                t = time.monotonic()
-                self.lines.append((t, line.rstrip("\n")))
-                f.write(f"{t:.6f} {line}")
-                f.flush()
-
-    def _wait(self) -> None:
-        self.proc.wait()
-        self.ended = time.monotonic()
-        if self._reader is not None:
-            self._reader.join(5)
-        for f in (self._out, self._err):
-            if f is not None:
-                f.close()
-        self.done.set()
-        if self._on_exit is not None:
-            self._on_exit()
-
-    @property
-    def running(self) -> bool:
-        return self.proc.poll() is None
-
-    def signal(self, sig: int) -> None:
-        # Popen.send_signal does nothing once the child has been reaped, so a recycled PID is
-        # never hit.
-        self.proc.send_signal(sig)
-
-
-def _terminate(children: Sequence[_Child], grace: float = KILL_GRACE_S) -> None:
-    """SIGTERM, then SIGKILL after `grace` what is still running; wait until all are reaped."""
-    live = [c for c in children if c.running]
-    for c in live:
-        c.signal(signal.SIGTERM)
-    until = time.monotonic() + grace
-    for c in live:
-        c.done.wait(max(0.0, until - time.monotonic()))
-    for c in live:
-        if c.running:
-            c.signal(signal.SIGKILL)
-    for c in live:
-        c.done.wait(5)
+__all__ = ["BaselineError", "KernelBaseline"]
 
 
 @dataclass
@@ -353,7 +115,7 @@ class _Hop:
     step: int | None
     port: int
     start: float  # monotonic launch of the first attempt
-    child: _Child | None = None
+    child: Child | None = None
     attempts: int = 0
     out: Path | None = None
 
@@ -362,7 +124,7 @@ class _Hop:
 class _Server:
     host: str
     port: int
-    child: _Child
+    child: Child
 
 
 @dataclass
@@ -370,32 +132,6 @@ class _Step:
     start: float
     end: float | None = None
     hops: list[_Hop] = field(default_factory=list)
-
-
-def kernel_flow_records(rows: Sequence[Mapping[str, Any]]) -> list[FlowRecord]:
-    """One `FlowRecord` per (src, dst), from the per-test rows of `collect` (an all-reduce
-    runs one iperf3 test per hop and step: they add up). A flow starts when its first test's
-    data started (its launch if iperf3 left no output) and is done when its last test's
-    receiver had every byte; retransmits are iperf3's own count for the sender ("tcp")."""
-    by_pair: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
-    for row in rows:
-        by_pair.setdefault((row["src"], row["dst"]), []).append(row)
-    out = []
-    for (src, dst), tests in by_pair.items():
-        ends = [r.get("done_s") for r in tests]
-        retrans = sum(int(r.get("json_retransmits") or 0) for r in tests)
-        out.append(
-            FlowRecord(
-                src=src,
-                dst=dst,
-                bytes=sum(r["bytes"] for r in tests),
-                acked_bytes=sum(int(r.get("received") or 0) for r in tests),
-                start_s=min(r.get("test_start_s", r["launched_s"]) for r in tests),
-                done_s=None if any(e is None for e in ends) else max(ends),
-                retransmits={"tcp": retrans},
-            )
-        )
-    return out
 
 
 # --------------------------------------------------------------------------- the baseline
@@ -428,7 +164,7 @@ class KernelBaseline:
         self.hosts = list(self.pids)
         self.details: dict[str, Any] = {"transport": transport}
         self._servers: list[_Server] = []
-        self._monitors: dict[str, _Child] = {}
+        self._monitors: dict[str, Child] = {}
         self._hops: list[_Hop] = []
         self._steps: list[_Step] = []
         self._lock = threading.Lock()
@@ -476,7 +212,7 @@ class KernelBaseline:
                 srv = self._iperf(
                     f.src, "-s", "-p", str(port), "-i", str(INTERVAL_S), "--forceflush"
                 )
-                child = _Child(
+                child = Child(
                     srv,
                     self.workdir / f"server-{f.src}-{port}.txt",
                     self.workdir / f"server-{f.src}-{port}.err",
@@ -490,71 +226,11 @@ class KernelBaseline:
         self._retrans0 = {h: retrans_segs(pid) for h, pid in self.pids.items()}
 
     def _setup_mptcp(self) -> None:
-        planes = self.sc.topology.planes
-        servers = {f.src for f in self.flows}
-        # A host that is a server of one flow and a client of another announces its endpoints on
-        # both connections, and each side then opens subflows to what the other announced: 7
-        # subflows instead of 4 on one plane. Tighter limits do not give 4: both sides race for
-        # the last slots and the loser's subflow is closed again (measured: 3 to 5).
-        for host in self.hosts:
-            self._run(host, "sysctl", "-q", "-w", "net.mptcp.enabled=1")
-            limits = ["subflows", "8", "add_addr_accepted", "8"]
-            self._run(host, "ip", "mptcp", "limits", "set", *limits)
-            self._run(host, "ip", "mptcp", "endpoint", "flush")
-        endpoints: dict[str, list[str]] = {}
-        for host in sorted(servers):
-            if planes > 1:
-                for intf in self.fabric.interfaces[host]:
-                    if intf.plane > 1 and intf.ip:
-                        self._run(
-                            host,
-                            "ip",
-                            "mptcp",
-                            "endpoint",
-                            "add",
-                            intf.ip,
-                            "dev",
-                            intf.name,
-                            "signal",
-                        )
-                        endpoints.setdefault(host, []).append(f"{intf.ip} dev {intf.name} signal")
-            else:
-                ip = self.fabric.host_ip(host, 1)
-                port = SIGNAL_PORT_BASE
-                while len(endpoints.get(host, ())) < MPTCP_EXTRA_PORTS:
-                    # The kernel listens on a signal port itself; a port still held by TIME_WAIT
-                    # subflows of an earlier run in this namespace is refused (EADDRINUSE).
-                    add = ["ip", "mptcp", "endpoint", "add", ip, "port", str(port), "signal"]
-                    proc = subprocess.run(self._ns(host, *add), capture_output=True, text=True)
-                    if proc.returncode == 0:
-                        endpoints.setdefault(host, []).append(f"{ip} port {port} signal")
-                    elif "-98" not in proc.stderr or port >= SIGNAL_PORT_BASE + 100:
-                        raise BaselineError(
-                            f"{host}: {' '.join(add)} failed: {proc.stderr.strip()}"
-                        )
-                    port += 1
-        self.details["mptcp_endpoints"] = endpoints
-        for host in sorted({f.dst for f in self.flows}):
-            self._monitors[host] = _Child(
-                self._ns(host, "ip", "mptcp", "monitor"),
-                self.workdir / f"mptcp-monitor-{host}.txt",
-                self.workdir / f"mptcp-monitor-{host}.err",
-            )
-        # A monitor misses what happens before it subscribes: wait until each has become `ip`
-        # (mnexec has entered the namespace and exec'd it), then give it a moment to subscribe.
-        until = time.monotonic() + LISTEN_TIMEOUT_S
-        for host, mon in self._monitors.items():
-            while True:
-                try:
-                    exe = Path(f"/proc/{mon.pid}/exe").readlink().name
-                except OSError:
-                    exe = ""
-                if exe == "ip":
-                    break
-                if not mon.running or time.monotonic() >= until:
-                    raise BaselineError(f"{host}: ip mptcp monitor did not start")
-                time.sleep(0.002)
-        time.sleep(0.02)
+        """See testbed.harness.mptcp_setup: the servers announce endpoints, the clients count."""
+        self.details["mptcp_endpoints"] = announce_endpoints(
+            self._run, self._ns, self.fabric, self.hosts, self.flows, self.sc.topology.planes
+        )
+        start_monitors(self._ns, sorted({f.dst for f in self.flows}), self.workdir, self._monitors)
 
     def _await_listening(self, wanted: Mapping[str, set[int]]) -> None:
         until = time.monotonic() + LISTEN_TIMEOUT_S
@@ -640,14 +316,14 @@ class KernelBaseline:
         )  # fmt: skip
         if self._abort.is_set():
             return
-        child = _Child(argv, hop.out, hop.out.with_suffix(".err"), on_exit=self._wake.set)
+        child = Child(argv, hop.out, hop.out.with_suffix(".err"), on_exit=self._wake.set)
         # `stop` and `wait` set the abort flag, then take the lock to list the children: a child
         # registered before that is on their list, one registered after sees the flag.
         with self._lock:
             aborted = self._abort.is_set()
             hop.child = child
         if aborted:
-            _terminate([child])
+            terminate([child])
 
     def _run_step(self, step: _Step) -> bool:
         """Wait for every hop of `step`, retrying a hop whose server turned it away as busy.
@@ -707,7 +383,7 @@ class KernelBaseline:
             self._abort.set()
             with self._lock:
                 live = [h.child for h in self._hops if h.child is not None]
-            _terminate(live)  # SIGTERM: iperf3 still writes its JSON, intervals so far included
+            terminate(live)  # SIGTERM: iperf3 still writes its JSON, intervals so far included
             if self._thread is not None:
                 self._thread.join(5)
         return self.completed()
@@ -716,7 +392,7 @@ class KernelBaseline:
 
     def collect(self, t0: float, end_s: float) -> TransportRun:
         """Deliveries, messages, steps and retransmissions from the iperf3 outputs."""
-        _terminate(list(self._monitors.values()))
+        terminate(list(self._monitors.values()))
         subflows: dict[tuple[str, int], int] = {}
         for host in self._monitors:
             text = (self.workdir / f"mptcp-monitor-{host}.txt").read_text()
@@ -748,8 +424,8 @@ class KernelBaseline:
                 # How the last attempt ended (negative: killed by that signal) and what it left:
                 # a flow with nothing received says why by these.
                 "exit_code": hop.child.proc.returncode if hop.child else None,
-                "json_bytes": _size(hop.out),
-                "stderr": _tail(hop.out.with_suffix(".err")) if hop.out else "",
+                "json_bytes": file_size(hop.out),
+                "stderr": file_tail(hop.out.with_suffix(".err")) if hop.out else "",
             }
             done = None
             if doc is not None and doc.get("intervals"):
@@ -844,7 +520,7 @@ class KernelBaseline:
         with self._lock:
             children = [h.child for h in self._hops if h.child is not None]
         children += [s.child for s in self._servers] + list(self._monitors.values())
-        _terminate(children)
+        terminate(children)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(5)
 
