@@ -1,7 +1,9 @@
-"""Enter another network namespace for a moment, so one process can own ports in several.
+"""Enter another network namespace for a moment, so one process can own sockets in several.
 
 Why: a switch process that serves several switch nodes (`python -m switch` with more than one
-`--config`) opens each node's AF_PACKET sockets inside that node's namespace. A socket stays in
+`--config`) opens each node's AF_PACKET sockets inside that node's namespace, and an endpoint
+process that serves several hosts (`python -m endpoint` with more than one `--host`,
+endpoint/shared.py) opens each host's UDP sockets inside that host's. A socket stays in
 the namespace it was created in, so the process enters each namespace only to create sockets
 (and to look an interface up by name) and returns at once. The namespace is given as an open
 descriptor: Mininet's nodes are anonymous namespaces, reachable only as /proc/PID/ns/net.

@@ -175,56 +175,74 @@ class EndpointProcess(ControlHandlers, Recording):
     # ----- the loop -------------------------------------------------------------------------
 
     def run(self) -> None:
+        """The loop of a process serving this host alone (endpoint.shared runs several hosts'
+        turns in one loop): a turn's work, a sleep until its deadline or a watched socket,
+        then what woke it."""
         self._install_signals()
-        ep = self.ep
-        rx = self.rx
-        rx_set = set(rx)
-        batch: list = []
-        rx_batch = self.cfg.rx_batch
-        coalesce = self.cfg.rx_coalesce_us * 1e-6 / self.dilation
-        mono = self.clock
-        t_next = None
-        busy = False  # the last read found datagrams: poll on a timer instead of waking per packet
+        self.begin()
         try:
             while not self.stopping:
-                self.loops += 1
-                now = mono()
-                # t_next is from the end of the previous turn: a timer that the datagrams just
-                # read moved earlier fires one turn later, which is harmless, and the
-                # transport's timer scan runs once per turn instead of twice.
-                if t_next is not None and t_next <= now:
-                    # The wake-up's lateness against the earliest timer that was due, taken
-                    # before the datagrams are read: ACKs that move the timer do not make a
-                    # late wake-up on time (sampling after them hid the overloaded case).
-                    self.timer_late.add((now - t_next) * 1e6)
-                    # Read what already arrived before any timer fires: after the process was
-                    # descheduled for a while (2 shared cores), the ACKs of the packets whose
-                    # RTO is "due" are usually sitting in the socket, and firing first would
-                    # retire every EV of a healthy connection at once.
-                    got = self._drain_rx(batch, rx_batch, now)
-                    if got:
-                        t_next = ep.next_timer()
-                    if t_next is not None and t_next <= now:
-                        ep.on_timer(now)
-                self._app(now)
-                wake = self._transmit(now)
-                if self._probes:  # answered (read last turn) or expired (timers above)
-                    self._answer_probes()
-                if now >= self._next_bin:
-                    self._tick(now)
-                t_next = ep.next_timer()
-                polling = busy and coalesce > 0
-                deadline = self._deadline(now, t_next, wake, polling, coalesce)
+                deadline, polling = self.work(self.clock())
                 try:
                     readable, writable = self._select(deadline, polling)
                 except InterruptedError:
                     continue
-                now = mono()
-                got = self._read(rx if polling else readable, rx_set, batch, rx_batch, now)
-                busy = got > 0
-                self._serve_control(readable, writable, rx_set)
+                self.woken(readable, writable, self.clock())
         finally:
             self._shutdown()
+
+    def begin(self) -> None:
+        """State the turns share, set once before the first."""
+        self._rx_set = set(self.rx)
+        self._batch: list = []
+        self._coalesce = self.cfg.rx_coalesce_us * 1e-6 / self.dilation
+        self._t_next: float | None = None
+        # The last read found datagrams: poll on a timer instead of waking per packet.
+        self._busy = False
+        self._polling = False
+
+    def work(self, now: float) -> tuple[float, bool]:
+        """A turn's work at `now`: timers, the jobs, a transmit pass, ticks. Returns when the
+        turn's sleep must end and whether the data sockets are polled (unwatched) meanwhile."""
+        self.loops += 1
+        ep = self.ep
+        t_next = self._t_next
+        # t_next is from the end of the previous turn: a timer that the datagrams just read
+        # moved earlier fires one turn later, which is harmless, and the transport's timer
+        # scan runs once per turn instead of twice.
+        if t_next is not None and t_next <= now:
+            # The wake-up's lateness against the earliest timer that was due, taken before
+            # the datagrams are read: ACKs that move the timer do not make a late wake-up on
+            # time (sampling after them hid the overloaded case).
+            self.timer_late.add((now - t_next) * 1e6)
+            # Read what already arrived before any timer fires: after the process was
+            # descheduled for a while (2 shared cores), the ACKs of the packets whose RTO is
+            # "due" are usually sitting in the socket, and firing first would retire every EV
+            # of a healthy connection at once.
+            got = self._drain_rx(self._batch, self.cfg.rx_batch, now)
+            if got:
+                t_next = ep.next_timer()
+            if t_next is not None and t_next <= now:
+                ep.on_timer(now)
+        self._app(now)
+        wake = self._transmit(now)
+        if self._probes:  # answered (read last turn) or expired (timers above)
+            self._answer_probes()
+        if now >= self._next_bin:
+            self._tick(now)
+        self._t_next = ep.next_timer()
+        self._polling = self._busy and self._coalesce > 0
+        return self._deadline(now, self._t_next, wake, self._polling, self._coalesce), (
+            self._polling
+        )
+
+    def woken(self, readable: list, writable: list, now: float) -> None:
+        """What woke the turn's sleep: the data sockets (all of them while polling), then the
+        control socket, its clients and the signal pipe."""
+        socks = self.rx if self._polling else readable
+        got = self._read(socks, self._rx_set, self._batch, self.cfg.rx_batch, now)
+        self._busy = got > 0
+        self._serve_control(readable, writable, self._rx_set)
 
     def _deadline(
         self, now: float, t_next: float | None, wake: float | None, polling: bool, coalesce: float
@@ -253,20 +271,22 @@ class EndpointProcess(ControlHandlers, Recording):
     def _select(self, deadline: float, polling: bool) -> tuple[list, list]:
         """Sleep until ``deadline`` or until a watched socket is ready (data sockets unwatched
         while ``polling``); returns the readable and the writable ones."""
+        rlist, wlist = self.watched(polling)
+        timeout = (deadline - self.clock()) * self.dilation
+        readable, writable, _ = select.select(rlist, wlist, [], timeout if timeout > 0 else 0)
+        return readable, writable
+
+    def watched(self, polling: bool) -> tuple[list, list]:
+        """The sockets a sleep watches: to read (the data sockets unless ``polling``, the
+        control socket and its clients, the signal pipe) and to write (clients with replies
+        pending)."""
         control = self.control
         if control.fds_dirty:
             self._ctl_rlist = [control.listener, self.wake_r, *control.clients]
             self._rlist = [*self.rx, *self._ctl_rlist]
             control.fds_dirty = False
         wlist = control.writers() if control.pending_out else []
-        timeout = (deadline - self.clock()) * self.dilation
-        readable, writable, _ = select.select(
-            self._ctl_rlist if polling else self._rlist,
-            wlist,
-            [],
-            timeout if timeout > 0 else 0,
-        )
-        return readable, writable
+        return (self._ctl_rlist if polling else self._rlist), wlist
 
     def _read(self, socks: list, rx_set: set, batch: list, limit: int, now: float) -> int:
         """One batch from each data socket among ``socks`` into the transport; returns how many

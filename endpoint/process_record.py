@@ -157,6 +157,10 @@ class Recording:
             "cpu_s": cpu,
             "cpu_user_s": t.user - self.cpu0.user,
             "cpu_sys_s": t.system - self.cpu0.system,
+            # The CPU figures are the process's: hosts served by one process (endpoint.shared)
+            # all report it, so a sum over hosts counts each pid once.
+            "pid": os.getpid(),
+            "hosts_in_process": getattr(self, "hosts_in_process", 1),
             "rx_datagrams": self.rx_datagrams,
             "rx_by_address": {
                 a: self.rx_per_nic[s] for a, s in zip(self.addrs, self.rx, strict=True)

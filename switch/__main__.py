@@ -25,7 +25,7 @@ from switch.queueing import TRIM_DECISION_ENV
 from switch.ring import RX_FRAMES, TX_FRAMES, RingSocket, frame_size_for, ring_frames_for
 
 if TYPE_CHECKING:
-    from switch.netns import Netns
+    from contracts.netns import Netns
 
 
 def _die_with_parent(parent: int) -> bool:
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.netns is not None and len(args.netns) != len(args.config):
         ap.error(f"{len(args.config)} --config but {len(args.netns)} --netns")
     if args.netns:
-        from switch.netns import Netns  # only a switch that serves other namespaces needs it
+        from contracts.netns import Netns  # only a switch that serves other namespaces needs it
     members = []
     try:
         for i, path in enumerate(args.config):

@@ -188,7 +188,7 @@ class RingSocket:
         self.tx_head = 0
         self.tx_pending = 0
         self.tx_errors = 0
-        self.netns = None  # switch.netns.Netns the interface lives in, if not this process's
+        self.netns = None  # contracts.netns.Netns the interface lives in, if not this process's
 
     def fileno(self) -> int:
         return self.fd

@@ -104,6 +104,11 @@ def test_endpoint_cpu_is_the_run_share_and_fails_closed():
     assert cap.endpoint_cpu_s(None) is None
     stats["end"]["h2"] = None  # a host that did not answer: not measured, never 0
     assert cap.endpoint_cpu_s(stats) is None
+    shared = {  # one process for both hosts: its CPU once (each host's own cpu0 cancels)
+        "at_go": {"h1": {"cpu_s": 0.1, "pid": 7}, "h2": {"cpu_s": 0.05, "pid": 7}},
+        "end": {"h1": {"cpu_s": 0.9, "pid": 7}, "h2": {"cpu_s": 0.85, "pid": 7}},
+    }
+    assert cap.endpoint_cpu_s(shared) == pytest.approx(0.8)
 
 
 def test_cpu_breakdown_per_delivered_data_packet():

@@ -884,3 +884,71 @@ def test_controller_probes_on_loopback_answer_per_ev(loopback):
     co.go(1)
     assert all(s["done"] for s in co.wait(1, timeout=30).values())
     co.stop()
+
+
+class SharedLoopback(Loopback):
+    """The same hosts served by one process (endpoint.shared), all in the root namespace."""
+
+    def __init__(self, tmp: Path, hosts: list[str], **extra) -> None:
+        super().__init__(tmp, [], **extra)  # the config (random addresses), no process yet
+        net = random.randint(1, 250)
+        self.config["hosts"] = {h: [f"127.{net}.{i + 1}.{i + 1}"] for i, h in enumerate(hosts)}
+        args = []
+        for h in hosts:
+            args += ["--host", h, "--control", str(self.sock(h)), "--metrics", str(self.metrics(h))]
+        p = subprocess.Popen(
+            [sys.executable, "-m", "endpoint", "--config", json.dumps(self.config), *args],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for h in hosts:
+            self.procs[h] = p
+            assert p.stdout.readline().startswith(f"ready {self.sock(h)}"), h
+
+
+def test_one_process_serves_several_hosts_each_as_its_own(tmp_path):
+    lb = SharedLoopback(tmp_path, ["a", "b", "c"])
+    try:
+        co = lb.coordinator()
+        res = co.run(
+            1,
+            {"workload": {"kind": "permutation", "bytes": "1MB"}},
+        )
+        assert all(r["done"] for r in res.values()), res
+        assert all(r["received_bytes"] == 1_000_000 for r in res.values()), res
+        stats = co.stats(1)
+        pids = {stats[h]["process"]["pid"] for h in "abc"}
+        assert pids == {lb.procs["a"].pid}
+        assert all(stats[h]["process"]["hosts_in_process"] == 3 for h in "abc")
+        # each host keeps its own sockets, counters and lateness histogram
+        assert all(stats[h]["process"]["rx_datagrams"] > 0 for h in "abc")
+        co.stop()
+        assert lb.procs["a"].wait(10) == 0
+        for h in "abc":  # every host wrote its own end record
+            assert read_records(lb.metrics(h))[-1]["type"] == "end"
+    finally:
+        lb.close()
+
+
+def test_a_shared_process_stops_every_host_on_sigterm(tmp_path):
+    lb = SharedLoopback(tmp_path, ["a", "b"])
+    try:
+        lb.procs["a"].send_signal(signal.SIGTERM)
+        assert lb.procs["a"].wait(10) == 0
+        for h in "ab":
+            end = read_records(lb.metrics(h))[-1]
+            assert end["type"] == "end" and end["reason"] == "SIGTERM"
+    finally:
+        lb.close()
+
+
+def test_a_host_count_mismatch_is_a_one_line_error(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "endpoint", "--config", "{}", "--host", "a", "--host", "b",
+         "--control", str(tmp_path / "a.sock")],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert out.stderr.strip() == "endpoint: --control: give it once per --host (2)"

@@ -140,16 +140,17 @@ def switch_kernel_us_per_hop(counters: dict) -> float | None:
 
 def endpoint_cpu_s(stats: dict | None) -> float | None:
     """The endpoint processes' CPU seconds from go to the end (endpoint_stats.json: each
-    host's `cpu_s` at the end less at go); None if any host's figure is missing."""
+    host's `cpu_s` at the end less at go); None if any host's figure is missing. Hosts served
+    by one process (endpoint.shared) all report that process's CPU: each pid counts once."""
     if not stats or not stats.get("end"):
         return None
-    total = 0.0
+    by_process: dict[object, float] = {}
     for host, end in stats["end"].items():
         go = (stats.get("at_go") or {}).get(host)
         if not isinstance(end, dict) or not isinstance(go, dict):
             return None
-        total += end["cpu_s"] - go["cpu_s"]
-    return total
+        by_process[end.get("pid", host)] = end["cpu_s"] - go["cpu_s"]
+    return sum(by_process.values())
 
 
 def cpu_breakdown(

@@ -23,7 +23,7 @@ from pathlib import Path
 from pyroute2 import Ethtool, IPRoute, NetlinkError
 
 from contracts.framing import DEFAULT_MTU, max_frame_bytes
-from switch.netns import Netns
+from contracts.netns import Netns
 
 # What ethtool(8) turns off for `-K DEV tso off gso off gro off tx off rx off sg off`: each short
 # name stands for the kernel features it matches (ethtool's common.c, off_flag_def).

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -43,9 +44,30 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+ENDPOINT_LAYOUT_ENV = "TESTBED_ENDPOINT_PROCESSES"
+PER_HOST = "per-host"
+SHARED = "shared"
+ENDPOINT_LAYOUTS = (PER_HOST, SHARED)
+
+
+def endpoint_layout(value: str | None = None) -> str:
+    """`value`, else $TESTBED_ENDPOINT_PROCESSES, else per-host; ValueError names a bad one.
+
+    `shared`: one process serves every host's endpoint (endpoint/shared.py says why)."""
+    source = "endpoint layout" if value is not None else ENDPOINT_LAYOUT_ENV
+    mode = value if value is not None else os.environ.get(ENDPOINT_LAYOUT_ENV) or PER_HOST
+    if mode not in ENDPOINT_LAYOUTS:
+        raise ValueError(f"{source}: {mode!r} is not one of {', '.join(ENDPOINT_LAYOUTS)}")
+    return mode
+
+
 class EndpointProcs:
     """Endpoint processes started by this code (each through a launcher prefix, e.g. mnexec or
-    ip netns exec, that execs in place so the PID is the endpoint's), and their coordinator."""
+    ip netns exec, that execs in place so the PID is the endpoint's), and their coordinator.
+
+    `netns` (host -> /proc/PID/ns/net), when given, makes one process serve every host of
+    `launch` (started with the first host's prefix; endpoint.shared): `procs` then maps every
+    host to that one process."""
 
     def __init__(
         self,
@@ -53,33 +75,29 @@ class EndpointProcs:
         launch: dict[str, list[str]],
         workdir: str | None = None,
         env: dict[str, str] | None = None,
+        netns: dict[str, str] | None = None,
     ):
         self.config = config
         self.dir = Path(workdir or tempfile.mkdtemp(prefix="tbe-ep-"))
         self._own_dir = workdir is None
         self.procs: dict[str, subprocess.Popen] = {}
         self.logs: list = []
+        self._log_host: dict[str, str] = {}  # host -> the host whose log its process writes
         self.coordinator: Coordinator | None = None
         cfg = json.dumps(config)
+        groups = [[h] for h in launch] if netns is None else [list(launch)]
         try:
-            for host, prefix in launch.items():
-                err = open(self.dir / f"{host}.log", "wb")  # noqa: SIM115 - closed in stop()
+            for hosts in groups:
+                err = open(self.dir / f"{hosts[0]}.log", "wb")  # noqa: SIM115 - closed in stop()
                 self.logs.append(err)
-                self.procs[host] = subprocess.Popen(
-                    [
-                        *prefix,
-                        sys.executable,
-                        "-m",
-                        "endpoint",
-                        "--host",
-                        host,
-                        "--config",
-                        cfg,
-                        "--control",
-                        str(self.sock(host)),
-                        "--metrics",
-                        str(self.metrics_path(host)),
-                    ],
+                args = []
+                for h in hosts:
+                    args += ["--host", h, "--control", str(self.sock(h))]
+                    args += ["--metrics", str(self.metrics_path(h))]
+                    if netns is not None:
+                        args += ["--netns", netns[h]]
+                proc = subprocess.Popen(
+                    [*launch[hosts[0]], sys.executable, "-m", "endpoint", "--config", cfg, *args],
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
                     stderr=err,
@@ -87,6 +105,9 @@ class EndpointProcs:
                     cwd=PACKAGE_ROOT,
                     preexec_fn=_die_with_parent,
                 )
+                for h in hosts:
+                    self.procs[h] = proc
+                    self._log_host[h] = hosts[0]
             for host, p in self.procs.items():
                 line = p.stdout.readline().decode(errors="replace")
                 if not line.startswith("ready"):
@@ -104,7 +125,8 @@ class EndpointProcs:
 
     def log(self, host: str) -> str:
         try:
-            return (self.dir / f"{host}.log").read_text(errors="replace")[-2000:]
+            name = self._log_host.get(host, host)
+            return (self.dir / f"{name}.log").read_text(errors="replace")[-2000:]
         except OSError:
             return ""
 
@@ -176,7 +198,9 @@ def fabric_endpoint_config(
 
 
 class FabricEndpoints(EndpointProcs):
-    """One endpoint process in each given host of a running fabric (started with mnexec)."""
+    """The endpoints of the given hosts of a running fabric (started with mnexec): a process
+    in each host, or with `layout` shared (default: $TESTBED_ENDPOINT_PROCESSES, else
+    per-host) one process for them all."""
 
     def __init__(
         self,
@@ -184,6 +208,7 @@ class FabricEndpoints(EndpointProcs):
         fab,
         hosts: list[str] | None = None,
         workdir: str | None = None,
+        layout: str | None = None,
         **config_extra,
     ) -> None:
         st = client.state(name)
@@ -191,11 +216,18 @@ class FabricEndpoints(EndpointProcs):
         launch = {h: ["mnexec", "-a", str(st.nodes[h]["pid"])] for h in hosts}
         config_extra.setdefault("time_dilation", st.time_dilation)  # the fabric's clock
         self.time_dilation = config_extra["time_dilation"]
+        self.layout = endpoint_layout(layout)
+        netns = (
+            {h: f"/proc/{st.nodes[h]['pid']}/ns/net" for h in hosts}
+            if self.layout == SHARED
+            else None
+        )
         super().__init__(
             fabric_endpoint_config(fab, fab.hosts(), **config_extra),
             launch,
             workdir=workdir,
             env={"TESTBED_FABRIC": name},
+            netns=netns,
         )
 
 
