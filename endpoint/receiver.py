@@ -12,8 +12,8 @@ ACKs are coalesced as TCP's delayed ACK (RFC 1122 4.2.3.2, RFC 5681 4.2), DCTCP'
 in-order packets with one CE state is answered by one ACK after ``ack_every`` packets or
 ``ack_delay``, whichever comes first; anything the sender's loss, EV or RTT logic must see at
 once -- a packet out of order, one that fills a gap, a retransmission, the end of a message, a
-duplicate, a CE change -- is ACKed at once, and a run still pending leaves first in an ACK of
-its own. So every data packet is named by exactly one ACK (its own, or the run's), as with one
+duplicate, a CE change, a packet whose sender set the BTH AckReq bit -- is ACKed at once, and
+a run still pending leaves first in an ACK of its own. So every data packet is named by exactly one ACK (its own, or the run's), as with one
 ACK per packet, and the run's ACK says how many packets it answers and how long it was held.
 """
 
@@ -84,6 +84,7 @@ class Receiver:
         self._pending: tuple[int, int, int, float] | None = None
         self._pending_count = 0
         self._pending_ce = False
+        self._ce_state = False  # CE mark of the latest in-order packet (a run's state)
         self.ack_deadline: float | None = None
         # Replies to EV e leave on EV pair(e) by default (cfg.reply_ev "paired"): the sender's
         # view of e then covers a whole round trip, so a reverse path that dies retires e
@@ -187,7 +188,7 @@ class Receiver:
             self.flush_ack(out, now)  # a run still pending is answered first, on its own
             self._send_ack(pkt.ev, psn, pkt.send_ts, int(ce), 0, 0, out)
             return
-        urgent = fills_gap or pkt.flags & DATA_FLAG_RETX or offset + plen == msg_len
+        urgent = fills_gap or pkt.ackreq or pkt.flags & DATA_FLAG_RETX or offset + plen == msg_len
         self._coalesce(pkt.ev, psn, pkt.send_ts, ce, bool(urgent), out, now)
 
     def _mark(self, d: int) -> None:
@@ -235,11 +236,16 @@ class Receiver:
 
         A run has one CE state (DCTCP, RFC 8257 3.2): a change sends the old run's ACK at once,
         so an ACK's ECN echo holds for every packet it answers and the sender can mark each of
-        their EVs. ``urgent`` packets (a gap filled, a retransmission, a message's last packet)
-        end the run at once: the sender's spurious-loss test and its tail need their own ACK now.
+        their EVs; and the first CE-marked packet after clean ones is ACKed at once too (the
+        QUIC ACK frequency draft: that transition is what the sender must react to at once).
+        ``urgent`` packets (a gap filled, a retransmission, a message's last packet, a packet
+        whose sender set the BTH AckReq bit) end the run at once: the sender's spurious-loss
+        test, its tail and its window need their ACK now.
         """
-        if self._pending_count and self._pending_ce != ce:
+        if ce != self._ce_state:
+            self._ce_state = ce
             self.flush_ack(out, now)
+            urgent = urgent or ce
         self._pending = (ev, psn, ts, now)
         self._pending_count += 1
         self._pending_ce = ce

@@ -64,6 +64,9 @@ class Sender:
         self.open_messages = 0
         self.next_msg_id = first_msg_id & 0xFFFFFFFF
         self._tail_copies = cfg.tail_copies if self.policy.failover else 1
+        # Packets sent since the last one that asked for an ACK (_ack_request).
+        self._unrequested = 0
+        self._ack_every = cfg.ack_every
         # Below one packet of window the sender paces: one packet per srtt * size / cwnd.
         self.pace_at = float("-inf")
         self._pace_blocked = False
@@ -224,6 +227,7 @@ class Sender:
             msg.crc,
             msg.data[p.offset : p.offset + p.length],
             flags,
+            self._ack_request(flags),
         )
         c = self.stats.counters
         c["data_tx"] += 1
@@ -231,6 +235,34 @@ class Sender:
         out.append((ev, plane, payload, self._tos_data))
         if self._tail_copies > 1 and p.reason in LAST_RESORT:
             self._send_copies(p, payload, out)
+
+    def _ack_request(self, flags: int) -> int:
+        """The BTH AckReq bit of the packet just sent: 1 asks a coalescing receiver to ACK it at
+        once, ending its run (as an IBA requester sets it on the packets it needs answered, or
+        a QUIC sender sends IMMEDIATE_ACK). Asked for on a resend, on the last packet queued
+        (nothing more can leave until its ACK comes), and after `_run_budget` packets.
+        """
+        if flags or not (self.pending or self.recovery.retx):
+            self._unrequested = 0
+            return 1
+        self._unrequested += 1
+        if self._unrequested >= self._run_budget():
+            self._unrequested = 0
+            return 1
+        return 0
+
+    def _run_budget(self) -> int:
+        """How many packets a receiver's run may hold: `ack_every` (the peer's, as both ends of
+        a connection share a config), but no more than half the window, so that at least two
+        ACKs come back per window, as the QUIC ACK frequency draft advises a sender to keep
+        its ack-eliciting threshold within the window. Why: a receiver waiting for four
+        packets that a smaller window never sends held every ACK for `ack_delay`; and a
+        window of 1.5 BDPs of two packets (simnet at 100 Mbps, 20 µs paths) answered in
+        pairs idled the link for 47 µs per pair. That bulk (tests/test_endpoint_process.py)
+        ran at 45 %, then 80 % of the link, and at 100 % with this budget."""
+        if self._ack_every == 1:
+            return 1
+        return max(1, min(self._ack_every, int(self.cc.cwnd // (2 * self.cfg.max_payload))))
 
     def _pick_path(self, p: OutPacket) -> EVPath:
         """The EV of a spraying mode's packet: a resend avoids the EV it was lost on."""
