@@ -16,10 +16,13 @@ import sys
 from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
+from contracts import datapath
 from contracts.clock import virtual_clock
-from switch import local_links, loop
+from contracts.datapath import PYTHON
+from switch import core_loop, local_links, loop
 from switch.config import SwitchConfig
 from switch.control import ControlServer
+from switch.core import ForwardingCore
 from switch.dataplane import Switch
 from switch.queueing import TRIM_DECISION_ENV
 from switch.ring import RX_FRAMES, TX_FRAMES, RingSocket, frame_size_for, ring_frames_for
@@ -123,21 +126,45 @@ def main(argv: list[str] | None = None) -> int:
             print("switch: the process that started it is gone; not starting", file=sys.stderr)
             return 1
         signal.signal(signal.SIGINT, stop)
-        delivered = None
-        if len(members) > 1 and local_links.enabled():
-            switches = [sw for sw, _ in members]
-            delivered = local_links.link(switches, virtual_clock(switches[0].dilation))
+        switches = [sw for sw, _ in members]
+        wire = len(members) > 1 and local_links.enabled()
         plugged = os.environ.get(TRIM_DECISION_ENV)
+        # The compiled core (switch/core.py) where it is built and asked for; a plug-in trim
+        # decision runs in Python (it is a student's Python function), so it keeps this path.
+        path = PYTHON if plugged else datapath.resolve("switch")
+        core = None
+        if path == datapath.C:
+            core = ForwardingCore(
+                [sw.config for sw in switches], datapath="c", wire_local=wire, switches=switches
+            )
+            core_loop.adopt(core)
+        delivered = None
+        if core is None and wire:
+            delivered = local_links.link(switches, virtual_clock(switches[0].dilation))
         note = f", trimming decision from {plugged}" if plugged else ""
         shared = f" (one process for {len(members)} switches)" if len(members) > 1 else ""
         for sw, _ in members:
             wired = len(local_links.wired_ports(sw))
             mem = f", {wired} of them wired in memory" if wired else ""
             print(
-                f"switch {sw.name}: forwarding on {len(sw.ports)} ports{mem}{note}{shared}",
+                f"switch {sw.name}: forwarding on {len(sw.ports)} ports{mem}{note}{shared}, "
+                f"{path} data path",
                 flush=True,
             )
-        loop.run(members, delivered)
+        if core is not None:
+            forward = lambda: core_loop.run(core, [ctl for _, ctl in members])  # noqa: E731
+        else:
+            forward = lambda: loop.run(members, delivered)  # noqa: E731
+        profile_path = os.environ.get("SWITCH_CPU_PROFILE")
+        if profile_path:  # development aid, as ENDPOINT_CPU_PROFILE: cProfile of CPU time
+            import cProfile
+            import time
+
+            prof = cProfile.Profile(time.process_time)
+            prof.runcall(forward)
+            prof.dump_stats(f"{profile_path}.{os.getpid()}")
+        else:
+            forward()
     finally:
         for sw, control in members:
             if sw.capture is not None:  # stopped or killed mid-capture: keep what was recorded

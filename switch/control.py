@@ -189,6 +189,8 @@ def _port(switch: Switch, req: dict) -> dict:
         changes.append(lambda: setattr(port, "rx_blackhole", rbh))
     if "loss_pct" in req:
         loss = _number(req, "loss_pct", 0, 100) / 100
+        if loss:
+            _python_only(switch, name, "egress loss")
         changes.append(lambda: setattr(port, "loss", loss))
     if "rx_loss_pct" in req:
         rloss = _number(req, "rx_loss_pct", 0, 100) / 100
@@ -199,6 +201,8 @@ def _port(switch: Switch, req: dict) -> dict:
     if "impair" in req:
         # {...}: stochastic impairments (switch/impairment.py), replacing any; null: none.
         spec = None if req["impair"] is None else ImpairmentSpec.from_dict(req["impair"])
+        if spec is not None:
+            _python_only(switch, name, "impairments")
         changes.append(lambda: impair(port, spec))
     for change in changes:
         change()
@@ -206,8 +210,15 @@ def _port(switch: Switch, req: dict) -> dict:
     return {"ok": True, "port": port.snapshot()["state"]}
 
 
+def _python_only(switch: Switch, port: str, feature: str) -> None:
+    """Refuse (ValueError: the request's error) a feature the switch's data path lacks."""
+    if switch.guard is not None:
+        switch.guard(port, feature)
+
+
 def _debug(switch: Switch, req: dict) -> dict:
     if _flag(req, "on"):
+        _python_only(switch, "*", "the debug log")
         path = req.get("path")
         if not isinstance(path, str):
             raise ValueError("path: a file to write dissected trims and drops to is required")
@@ -237,6 +248,7 @@ def _capture(switch: Switch, req: dict) -> dict:
         return {"ok": True, "ports": stats}
     if switch.capture is not None:
         raise ValueError("a capture is already running; stop it first")
+    _python_only(switch, "*", "capture")
     directory = req["dir"]
     if not isinstance(directory, str):
         raise ValueError(f"dir: must be a path, got {directory!r}")

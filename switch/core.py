@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from switch import local_links
 from switch.config import SwitchConfig
@@ -104,7 +104,11 @@ class ForwardingCore:
         configs: Iterable[SwitchConfig],
         datapath: str = "python",
         wire_local: bool = True,
+        switches: list[Switch] | None = None,
     ) -> None:
+        """`switches`: the twins already built, with their real ports (the running switch
+        process: switch/core_loop.py); by default the core builds them, with ports whose
+        wire is the core's egress list."""
         if datapath not in DATAPATHS:
             raise ValueError(f"datapath: one of {', '.join(DATAPATHS)}, got {datapath!r}")
         if datapath == "c":
@@ -122,6 +126,11 @@ class ForwardingCore:
         self.configs = list(configs)
         self.switches: list[Switch] = []
         for i, cfg in enumerate(self.configs):
+            if switches is not None:
+                sw = switches[i]
+                sw._receive_slow = self._recorder(i, sw._receive_slow)
+                self.switches.append(sw)
+                continue
             ports = iter(range(len(cfg.ports)))
             sw = Switch(
                 cfg,
@@ -335,6 +344,41 @@ class ForwardingCore:
                 f"{name}: {feature} runs in the Python data path only; "
                 "start this switch process with datapath='python'"
             )
+
+    def sync(self, sw: int) -> None:
+        """After a control request changed twin `sw` (switch/control.py acts on the twin):
+        its carrier, egress and receive state into C, so both agree."""
+        if self._c is None:
+            return
+        s = self.switches[sw]
+        self._c.set_switch_up(sw, s.up)
+        for p in s.ports:
+            self._c.set_port_up(sw, p.index, p.up)
+            self._push(sw, p.index)
+
+    def guard(self, sw: int) -> Callable[[str, str], None]:
+        """The check switch/control.py makes before enabling a Python-only feature on a port
+        of twin `sw`: raises ValueError (the request's one-line error) in the C data path."""
+
+        def check(port: str, feature: str) -> None:
+            if self._c is not None:
+                raise ValueError(
+                    f"{self.switches[sw].name} {port}: {feature} runs in the Python data path "
+                    "only; this switch runs the compiled one (--datapath python)"
+                )
+
+        return check
+
+    def overlay(self, sw: int, counters: dict) -> dict:
+        """`Switch.counters()` of twin `sw` with the C core's figures over its ports and drops
+        (the twin's own hold only its slow path's); the kernel, CPU and lateness keys stay."""
+        if self._c is None:
+            return counters
+        mine = self._switch_counters(sw, self.switches[sw])
+        for name, snap in mine["ports"].items():
+            counters["ports"][name].update(snap)
+        counters["drops"] = mine["drops"]
+        return counters
 
     # ----- counters ------------------------------------------------------------------------------
 

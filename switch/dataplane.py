@@ -128,6 +128,13 @@ class Switch:
         self.fast = True
         self.running = True
         self.capture = None  # a switch.capture.Capture while ports are captured
+        # Which data path forwards this switch's frames (contracts.datapath). In the compiled
+        # one (switch/core.py) this object is the core's Python twin: control requests act
+        # on it, `guard(port, feature)` refuses what only Python can do, and
+        # `counters_overlay` puts the core's figures into `counters()`.
+        self.datapath = "python"
+        self.guard: Callable[[str, str], None] | None = None
+        self.counters_overlay: Callable[[dict], dict] | None = None
 
     def set_dilation(self, dilation: float) -> None:
         """Run at time dilation `dilation`: the loop's clock reads virtual seconds, and every
@@ -353,8 +360,9 @@ class Switch:
                     "tx_errors": getattr(io, "tx_errors", 0),
                 }
         user_s, sys_s = os.times()[:2]
-        return {
+        out = {
             "switch": self.name,
+            "datapath": self.datapath,
             "up": self.up,
             "uptime_s": time.time() - self.started,
             "drops": dict(self.drops),
@@ -399,6 +407,7 @@ class Switch:
             "cpu_sys_s": sys_s,
             "pid": os.getpid(),
         }
+        return out if self.counters_overlay is None else self.counters_overlay(out)
 
     def _debug(self, event: str, detail: str, frame: bytes | bytearray) -> None:
         """Debug mode: dissect what was trimmed or dropped with scapy (slow; off by default)."""

@@ -40,8 +40,19 @@ SCAN_MAX = 8  # rings a due timer looks into directly; more, and it asks epoll w
 
 
 def _record_late(switches: list[Switch], late_us: float) -> None:
+    last = None
     for sw in switches:
-        sw.late.add(late_us)
+        if sw.late is not last:  # switches sharing one loop share one histogram (share_late)
+            last = sw.late
+            last.add(late_us)
+
+
+def share_late(switches: list[Switch]) -> None:
+    """One lateness histogram for every switch of one loop: every pass's sample is the same
+    for all of them (the loop's), so the first switch's histogram stands for all, and a pass
+    records it once instead of once per switch (16 adds per pass in a 4x4x4 fabric)."""
+    for sw in switches[1:]:
+        sw.late = switches[0].late
 
 
 def serve_due(switches: list[Switch], service, now: float, deadline: float | None) -> float | None:
@@ -78,6 +89,7 @@ def run(
     rings = [
         io for sw, port, io in entries.values() if port.name not in local_links.wired_ports(sw)
     ]
+    share_late(switches)
     ports: list[Port] = [p for sw in switches for p in sw.ports]
     active = ActivePorts()  # one set of busy ports (and heap of departures) for every switch
     for sw in switches:

@@ -29,6 +29,8 @@ baselines without judging them: only the scenario's own ``transport`` list is he
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import statistics
 from collections.abc import Mapping, Sequence
@@ -68,6 +70,7 @@ from testbed.scenario import (
     TRANSPORTS,
     Scenario,
 )
+from testbed.scenario.datapath_needs import python_only_features
 from testbed.scenario.schema import KERNEL_TRANSPORTS
 
 DATA_FORMATS = ("csv", "parquet")  # --format: the CSVs always; parquet adds testbed.results' frames
@@ -128,6 +131,47 @@ def run_scenario(
     kernel transport at N > 1 is refused before anything is built; an unjudged one (compare's
     baselines) runs at N = 1 if the fabric fits there, else is skipped with the reason."""
     progress = progress or Progress()
+    with _switch_datapath(sc, progress):
+        return _run_scenario(
+            sc, transports, out_dir, judged, progress, time_dilation, annotate, data_format,
+            plot_format,
+        )  # fmt: skip
+
+
+@contextlib.contextmanager
+def _switch_datapath(sc: Scenario, progress: Progress):
+    """The data path of this run's processes: Python if the scenario needs what only it has
+    (testbed.scenario.datapath_needs) -- an error if the compiled one was asked for -- else
+    the one asked for or built; restored after the run."""
+    needs = python_only_features(sc)
+    old = os.environ.get(datapath.ENV)
+    if needs and datapath.check(None, datapath.ENV) != datapath.PYTHON:
+        if datapath.requested() == datapath.C:
+            raise RunError(
+                f"--datapath c: {needs[0]} runs in the Python data path only; use --datapath python"
+            )
+        progress.line(f"data path: python ({needs[0]} runs in the Python data path only)")
+        os.environ[datapath.ENV] = datapath.PYTHON
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(datapath.ENV, None)
+        else:
+            os.environ[datapath.ENV] = old
+
+
+def _run_scenario(
+    sc: Scenario,
+    transports: Sequence[str],
+    out_dir: Path,
+    judged: Sequence[str] | None,
+    progress: Progress,
+    time_dilation: float | str | None,
+    annotate: Mapping[str, Any] | None,
+    data_format: str,
+    plot_format: str,
+) -> Outcome:
     if plot_format not in PLOT_FORMATS:
         raise RunError(f"--plot-format: {plot_format!r} is not one of {', '.join(PLOT_FORMATS)}")
     dilation = plan(sc, time_dilation, load_budget())
