@@ -16,10 +16,15 @@ export TESTBED_VENV := $(abspath $(VENV))
 setup:
 	bash scripts/setup.sh
 
+# The pure tests twice, on both cores: on the compiled data path (the default where it is built)
+# and on the Python one (contracts.datapath); then the namespace tests, one at a time (they
+# measure the machine). The differential tests of the two paths run in both passes.
 test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest
+	$(PY) -m pytest -m "not netns" -n 2 -q
+	TESTBED_DATAPATH=python $(PY) -m pytest -m "not netns" -n 2 -q
+	$(PY) -m pytest -m netns
 
 # Lint and the pure tests (no root, no namespaces) on both cores: under two minutes.
 check: setup
