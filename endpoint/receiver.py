@@ -178,6 +178,10 @@ class Receiver:
             self._reasm[msg_id] = r
             self._reserved += msg_len
         fills_gap = d == 0 and self._bits != 0  # packets beyond this one are already here
+        if self._pending is not None and (d != 0 or ce != self._ce_state):
+            # The run pending is answered first, on its own, before this packet changes what
+            # an ACK says: its ACK acknowledges exactly the run.
+            self.flush_ack(out, now)
         self._mark(d)
         r.place(offset, pkt.payload)
         st.counters["data_rx"] += 1
@@ -185,7 +189,6 @@ class Receiver:
         if r.complete:
             self._complete(msg_id, r, now)
         if d != 0 or self.cfg.ack_every == 1:
-            self.flush_ack(out, now)  # a run still pending is answered first, on its own
             self._send_ack(pkt.ev, psn, pkt.send_ts, int(ce), 0, 0, out)
             return
         urgent = fills_gap or pkt.ackreq or pkt.flags & DATA_FLAG_RETX or offset + plen == msg_len
@@ -234,17 +237,16 @@ class Receiver:
     ) -> None:
         """Add an in-order packet to the run a coalesced ACK answers; send it when due.
 
-        A run has one CE state (DCTCP, RFC 8257 3.2): a change sends the old run's ACK at once,
-        so an ACK's ECN echo holds for every packet it answers and the sender can mark each of
-        their EVs; and the first CE-marked packet after clean ones is ACKed at once too (the
-        QUIC ACK frequency draft: that transition is what the sender must react to at once).
-        ``urgent`` packets (a gap filled, a retransmission, a message's last packet, a packet
-        whose sender set the BTH AckReq bit) end the run at once: the sender's spurious-loss
-        test, its tail and its window need their ACK now.
+        A run has one CE state (DCTCP, RFC 8257 3.2): a change has sent the old run's ACK at once
+        (`on_data`), so an ACK's ECN echo holds for every packet it answers and the sender can
+        mark each of their EVs; and the first CE-marked packet after clean ones is ACKed at
+        once too (the QUIC ACK frequency draft: that transition is what the sender must react
+        to at once). ``urgent`` packets (a gap filled, a retransmission, a message's last
+        packet, a packet whose sender set the BTH AckReq bit) end the run at once: the sender's
+        spurious-loss test, its tail and its window need their ACK now.
         """
         if ce != self._ce_state:
             self._ce_state = ce
-            self.flush_ack(out, now)
             urgent = urgent or ce
         self._pending = (ev, psn, ts, now)
         self._pending_count += 1

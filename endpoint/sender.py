@@ -67,6 +67,7 @@ class Sender:
         # Packets sent since the last one that asked for an ACK (_ack_request).
         self._unrequested = 0
         self._ack_every = cfg.ack_every
+        self._quick_acks = 0  # packets still to ask for an ACK each, after an ACK went missing
         # Below one packet of window the sender paces: one packet per srtt * size / cwnd.
         self.pace_at = float("-inf")
         self._pace_blocked = False
@@ -246,6 +247,10 @@ class Sender:
             self._unrequested = 0
             return 1
         self._unrequested += 1
+        if self._quick_acks > 0:
+            self._quick_acks -= 1
+            self._unrequested = 0
+            return 1
         if self._unrequested >= self._run_budget():
             self._unrequested = 0
             return 1
@@ -347,12 +352,19 @@ class Sender:
                 bits ^= low
         while self.snd_una != self.next_psn and self.snd_una not in unacked:
             self.snd_una = psn_add(self.snd_una, 1)
-        answered = self._answered(a.ev_echo, a.ts_echo / 1e9, run)
-        self.recovery.on_ack(answered, covered, acked > 0, newest, rtt, now)
+        # The round trip proven is the trigger's alone: the ACK came back on its EV's reply path.
+        ev_path = self.evs.by_ev.get(a.ev_echo)
+        if ev_path is not None:
+            recent = self.evs.recent
+            if not recent or recent[-1] is not ev_path:
+                recent.append(ev_path)
+        self.recovery.on_ack(ev_path, a.ts_echo / 1e9, covered, acked > 0, newest, rtt, now)
+        if covered and self._ack_every > 1:
+            self._quick_acks = int(self.cc.cwnd // self.cfg.max_payload)
         ce = a.ecn_echo > 0
         if ce:
             st.counters["ecn_echo_rx"] += 1
-        self._ev_feedback(answered, ce, now)
+        self._ev_feedback(a.ev_echo, run, ce, now)
         if acked:
             self.cc.on_ack(acked, rtt, ce, now, self.recovery.inflight_bytes)
 
@@ -402,37 +414,26 @@ class Sender:
             if copy is not None:
                 self.recovery.on_spurious(copy[1], now)
 
-    def _answered(
-        self, ev: int, sent: float, run: list[tuple[OutPacket, int | None]]
-    ) -> list[tuple[EVPath, float]]:
-        """The paths of the EVs whose packets an ACK answers, with those packets' send times:
-        a run's packets oldest first, its trigger (``ev``, sent at ``sent``) last."""
-        by_ev = self.evs.by_ev
-        answered: list[tuple[EVPath, float]] = []
-        for p, run_ev in reversed(run):
-            path = by_ev.get(run_ev) if run_ev is not None else None
-            if path is not None:
-                answered.append((path, p.sent_at))
-        path = by_ev.get(ev)
-        if path is not None:
-            answered.append((path, sent))
-        return answered
-
-    def _ev_feedback(self, answered: list[tuple[EVPath, float]], ce: bool, now: float) -> None:
-        """ECN or clean-ACK feedback to every EV an ACK answers -- a run's ACK holds for all its
-        packets, which share one CE state -- and those EVs join the latest-ACKed (where
-        resends go), the trigger's last. With one ACK per packet each EV got this from its own
-        ACK; a coalesced ACK that fed back only its trigger's EV starved the rest (a congested
-        EV recovered ack_every times slower, REPS recycled one EV in ack_every)."""
+    def _ev_feedback(
+        self, ev: int, run: list[tuple[OutPacket, int | None]], ce: bool, now: float
+    ) -> None:
+        """ECN or clean-ACK feedback to the EV of every packet the ACK answers: the forward
+        paths they took (a run's packets share one CE state: the receiver sends a run's ACK
+        when the state changes). With one ACK per packet each EV had this from its own ACK; a
+        coalesced ACK that fed back only its trigger's EV starved the rest (a congested EV
+        recovered `ack_every` times slower, REPS recycled one EV in `ack_every`). What the ACK
+        says of a round trip -- its way back -- holds for the trigger's EV alone (`on_ack`)."""
         evs = self.evs
-        recent = evs.recent
-        for path, _ in answered:
-            if not recent or recent[-1] is not path:
-                recent.append(path)
-            if ce:
-                evs.on_congestion(path.ev, now, "ecn")
-            else:
-                evs.on_clean_ack(path.ev, now)
+        for _, run_ev in reversed(run):
+            if run_ev is not None:
+                if ce:
+                    evs.on_congestion(run_ev, now, "ecn")
+                else:
+                    evs.on_clean_ack(run_ev, now)
+        if ce:
+            evs.on_congestion(ev, now, "ecn")
+        else:
+            evs.on_clean_ack(ev, now)
 
     def _rtt_sample(self, ts_echo: int, held_ns: int, now: float) -> float | None:
         """The round trip of the copy an ACK answers, without the time the receiver held the
