@@ -81,8 +81,9 @@ def _run_ends(covered: list[OutPacket]) -> list[OutPacket]:
     PSNs: with coalesced ACKs, the packets whose missing ACK names a reverse path.
 
     A run's ACK leaves on the reply path of its last packet's EV, so when it dies the run's
-    other packets are covered by a later ACK through no fault of their own EVs. Blamed too, a
-    quarter of the EVs' replies black-holed retired 5-7 healthy EVs in a simnet bulk. The last
+    other packets are covered by a later ACK through no fault of their own EVs. Blamed too, with
+    a quarter of the reply EVs black-holed, 5-7 EVs whose replies arrived were retired in a
+    10 Gbps simnet bulk (a variant whose hosts serialise their packets). The last
     of a stretch is the trigger of its last lost ACK (runs are in PSN order); an earlier lost
     run in the same stretch goes unblamed, which only delays the verdict on its EV.
     """
