@@ -83,9 +83,15 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"endpoint: cannot open sockets: {exc}", file=sys.stderr)
         return 1
+    if len(procs) == 1:
+        procs[0]._install_signals()  # before `ready`: a SIGTERM from then on stops it cleanly
+        run = procs[0].run
+    else:
+        shared = SharedLoop(procs)
+        shared.install_signals()
+        run = shared.run
     for control in args.control:
         print(f"ready {control}", flush=True)
-    run = procs[0].run if len(procs) == 1 else SharedLoop(procs).run
     profile_path = os.environ.get("ENDPOINT_CPU_PROFILE")
     if profile_path:  # development aid: a cProfile of CPU time (not wall time) per process
         import cProfile

@@ -112,11 +112,16 @@ class SharedLoop:
             self.owner.pop(fd, None)
         h.fds = {}
 
-    def run(self) -> None:
+    def install_signals(self) -> None:
+        """SIGTERM and SIGINT stop every host (`python -m endpoint` calls this before it says
+        `ready`, so a signal sent from then on is never the default, fatal one)."""
         first = self.hosts[0].proc
         signal.set_wakeup_fd(first.wake_w.fileno(), warn_on_full_buffer=False)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
+
+    def run(self) -> None:
+        self.install_signals()
         live = list(self.hosts)
         for h in live:
             h.proc.begin()
