@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from contracts.framing import mrc_payload
+from endpoint.config import TransportConfig
 from testbed.bench import capacity_bench as cap
 from testbed.bench import fidelity_bench as fid
 from testbed.experiment.api import load
@@ -265,8 +266,16 @@ def test_fidelity_scenarios_validate():
 def test_the_permutation_ceiling_counts_the_acks_on_the_same_link():
     # 1420 B of payload in a 1514 B frame, and a 90 B ACK for the flow the host receives (48 B
     # of UDP payload since the ACK carries `coalesced` and `ack_delay`, docs/wire-format.md).
-    assert fid.permutation_ceiling_pct(1500) == pytest.approx(100 * 1420 / (1514 + 90), abs=0.05)
-    assert 97.5 < fid.permutation_ceiling_pct(9000) < 98.5
+    # An ACK per packet: 1420 B of payload in a 1514 B frame plus a 90 B ACK frame; coalesced
+    # (the default, 4 in-order packets per ACK), a quarter of one.
+    assert fid.permutation_ceiling_pct(1500, 1) == pytest.approx(100 * 1420 / (1514 + 90), abs=0.05)
+    assert fid.permutation_ceiling_pct(1500, 4) == pytest.approx(
+        100 * 1420 / (1514 + 90 / 4), abs=0.05
+    )
+    assert fid.permutation_ceiling_pct(1500) == fid.permutation_ceiling_pct(
+        1500, TransportConfig().ack_every
+    )
+    assert 97.5 < fid.permutation_ceiling_pct(9000, 1) < 98.5
     for n in (fid.INCAST_SENDERS, fid.QUICK_INCAST_SENDERS):
         sc = load(fid.incast_scenario(n=n))
         assert len(sc.workload.srcs) == n and sc.topology.trimming

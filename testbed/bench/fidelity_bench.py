@@ -38,6 +38,7 @@ from typing import Any
 
 from contracts.framing import DEFAULT_MTU, FRAME_OVERHEAD, max_frame_bytes, mrc_payload
 from endpoint.codec import ACK_LEN
+from endpoint.config import TransportConfig
 from testbed.analysis.metrics import flow_name
 from testbed.analysis.plots import plot_path_share
 from testbed.analysis.validity import is_valid
@@ -150,12 +151,15 @@ def row_key(row: str) -> str:
     return t if isinstance(t, str) else t.get("label", t["name"])
 
 
-def permutation_ceiling_pct(mtu: int) -> float:
+def permutation_ceiling_pct(mtu: int, ack_every: int | None = None) -> float:
     """The most MRC payload a host's link carries in a permutation, where each host's uplink
     carries its own flow's data *and* the ACKs of the flow it receives: payload / (data frame +
-    ACK frame). htsim's NDP counts the same way (1500 / (1500 + 64 + 64 + 64) = 88.6 %)."""
+    an ACK frame per `ack_every` data packets: the receiver's coalescing, endpoint.config's
+    default unless given; in-order data is what a steady permutation mostly is). htsim's NDP
+    counts the same way with an ACK per packet (1500 / (1500 + 64 + 64 + 64) = 88.6 %)."""
+    every = TransportConfig().ack_every if ack_every is None else ack_every
     ack_frame = ACK_LEN + FRAME_OVERHEAD
-    return 100.0 * mrc_payload(mtu) / (max_frame_bytes(mtu) + ack_frame)
+    return 100.0 * mrc_payload(mtu) / (max_frame_bytes(mtu) + ack_frame / every)
 
 
 # ----- pure: scenarios, figures, differences ----------------------------------------------------
