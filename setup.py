@@ -11,8 +11,15 @@ from pathlib import Path
 from setuptools import Extension, setup
 
 HERE = Path(__file__).parent
-FLAGS = ["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter", "-fno-strict-aliasing",
-         "-ffp-contract=off"]  # no fused multiply-add: the C and Python twins round alike
+FLAGS = [
+    "-O2",
+    "-std=c11",
+    "-Wall",
+    "-Wextra",
+    "-Wno-unused-parameter",
+    "-fno-strict-aliasing",
+    "-ffp-contract=off",
+]  # no fused multiply-add: the C and Python twins round alike
 EXTENSIONS = {
     "switch._core": ["switch/_core.c"],  # the switch's forwarding core (switch/core.py)
     "endpoint._burst": ["endpoint/_burst.c"],  # the endpoint's burst I/O and codec
@@ -22,7 +29,11 @@ LIBRARIES = {"endpoint._burst": ["z"]}  # zlib's crc32, the one Python's zlib mo
 setup(
     ext_modules=[
         Extension(
-            name, sources, optional=True, extra_compile_args=FLAGS, libraries=LIBRARIES.get(name, [])
+            name,
+            sources,
+            optional=True,
+            extra_compile_args=FLAGS,
+            libraries=LIBRARIES.get(name, []),
         )
         for name, sources in EXTENSIONS.items()
         if all((HERE / s).exists() for s in sources)
