@@ -131,3 +131,18 @@ def test_without_a_compiler_the_build_succeeds_and_python_runs(tmp_path):
     note, path = probe.stdout.strip().splitlines()
     assert note.startswith("note: the Python data path runs (switch._core is not built")
     assert path == "python"
+
+
+def test_where_a_compiler_is_the_compiled_path_is_built():
+    """setup (scripts/setup.sh: gcc, python3-dev, zlib1g-dev) builds both extensions; an
+    extension that silently failed to build would skip the C half of every differential
+    test, so on a machine with the compiler and headers a missing one is a failure."""
+    import shutil
+    import sysconfig
+    from pathlib import Path
+
+    headers = Path(sysconfig.get_paths()["include"], "Python.h").exists()
+    if shutil.which("gcc") is None or not headers or not Path("/usr/include/zlib.h").exists():
+        pytest.skip("no compiler or headers here: the Python path is this machine's")
+    assert datapath.missing("switch") is None
+    assert datapath.missing("endpoint") is None
