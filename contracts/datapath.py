@@ -14,8 +14,10 @@ them to learn whether they are there, and never calls into them.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+from collections.abc import Iterator
 
 ENV = "TESTBED_DATAPATH"
 C = "c"
@@ -87,3 +89,18 @@ def notice() -> str | None:
     if not reasons:
         return None
     return "note: the Python data path runs (" + "; ".join(reasons) + ")"
+
+
+@contextlib.contextmanager
+def forced(path: str) -> Iterator[None]:
+    """$TESTBED_DATAPATH = `path` for the processes started inside (as it was, after): a run
+    that must use one path (a bench measuring both, a scenario only Python can run)."""
+    old = os.environ.get(ENV)
+    os.environ[ENV] = path
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(ENV, None)
+        else:
+            os.environ[ENV] = old

@@ -116,3 +116,32 @@ def test_python_only_features_of_a_scenario_name_where_they_are():
     ]
     plain = validate(yaml.safe_load(SCENARIO.split("  - {at: 0.6")[0]))
     assert python_only_features(plain) == []
+
+
+def test_a_run_that_needs_python_runs_python_or_refuses_c(monkeypatch):
+    import os
+
+    from contracts import datapath
+    from testbed.experiment.errors import RunError
+    from testbed.experiment.progress import Progress
+    from testbed.experiment.runner import _switch_datapath
+
+    monkeypatch.setattr(datapath, "missing", lambda c: None)  # both built: c by default
+    monkeypatch.delenv(datapath.ENV, raising=False)
+    sc = validate(yaml.safe_load(SCENARIO))
+    lines: list[str] = []
+    progress = Progress()
+    monkeypatch.setattr(progress, "line", lines.append)
+    with _switch_datapath(sc, progress):
+        assert os.environ[datapath.ENV] == "python"
+    assert datapath.ENV not in os.environ  # as it was
+    assert lines == [
+        "data path: python (events[1] (loss): egress loss runs in the Python data path only)"
+    ]
+    monkeypatch.setenv(datapath.ENV, "c")
+    with pytest.raises(RunError, match=r"^--datapath c: events\[1\] \(loss\): egress loss"):
+        with _switch_datapath(sc, progress):
+            pass
+    plain = validate(yaml.safe_load(SCENARIO.split("  - {at: 0.6")[0]))
+    with _switch_datapath(plain, progress):
+        assert os.environ[datapath.ENV] == "c"

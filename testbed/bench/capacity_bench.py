@@ -24,7 +24,6 @@ permutation at 10 Gbps, 1 µs links:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
@@ -321,20 +320,6 @@ def _datapaths(quick: bool) -> tuple[str, ...]:
     return (datapath.PYTHON, datapath.C)
 
 
-@contextlib.contextmanager
-def _datapath(path: str):
-    """$TESTBED_DATAPATH = `path` for the processes started inside (restored after)."""
-    old = os.environ.get(datapath.ENV)
-    os.environ[datapath.ENV] = path
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(datapath.ENV, None)
-        else:
-            os.environ[datapath.ENV] = old
-
-
 def datapath_ratios(results: list[dict]) -> list[dict]:
     """Per fabric measured on both data paths: the compiled path's valid hops per real
     second and smallest valid N against the Python path's of the same run."""
@@ -387,7 +372,7 @@ def run_capacity_bench(
     results = []
     for f in fabrics:
         for path in paths:
-            with _datapath(path):
+            with datapath.forced(path):
                 sub = out if len(paths) == 1 else out / path
                 results.append({"datapath": path, **search_fabric(f, sub, steps, start)})
     want_switch = (not quick) if switch_baseline is None else switch_baseline

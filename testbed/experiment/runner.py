@@ -30,7 +30,6 @@ baselines without judging them: only the scenario's own ``transport`` list is he
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import statistics
 from collections.abc import Mapping, Sequence
@@ -144,21 +143,16 @@ def _switch_datapath(sc: Scenario, progress: Progress):
     (testbed.scenario.datapath_needs) -- an error if the compiled one was asked for -- else
     the one asked for or built; restored after the run."""
     needs = python_only_features(sc)
-    old = os.environ.get(datapath.ENV)
-    if needs and datapath.check(None, datapath.ENV) != datapath.PYTHON:
-        if datapath.requested() == datapath.C:
-            raise RunError(
-                f"--datapath c: {needs[0]} runs in the Python data path only; use --datapath python"
-            )
-        progress.line(f"data path: python ({needs[0]} runs in the Python data path only)")
-        os.environ[datapath.ENV] = datapath.PYTHON
-    try:
+    if not needs or datapath.check(None, datapath.ENV) == datapath.PYTHON:
         yield
-    finally:
-        if old is None:
-            os.environ.pop(datapath.ENV, None)
-        else:
-            os.environ[datapath.ENV] = old
+        return
+    if datapath.requested() == datapath.C:
+        raise RunError(
+            f"--datapath c: {needs[0]} runs in the Python data path only; use --datapath python"
+        )
+    progress.line(f"data path: python ({needs[0]} runs in the Python data path only)")
+    with datapath.forced(datapath.PYTHON):
+        yield
 
 
 def _run_scenario(
