@@ -23,7 +23,7 @@ from contracts.clock import virtual_clock
 from switch import local_links
 from switch.control import ControlServer
 from switch.core import ForwardingCore
-from switch.loop import BURST, SCAN_MAX, serve_due, share_late
+from switch.loop import BURST, SCAN_MAX, serve_due, share_late, wait_readable
 from switch.port import DROP_TX_ERROR
 
 
@@ -52,9 +52,7 @@ def run(core: ForwardingCore, controls: list[ControlServer | None]) -> None:
     poller = select.epoll()
     for fd in [*entries, *ctl]:
         poller.register(fd, select.EPOLLIN)
-    epfd = [poller.fileno()]
     ready = poller.poll
-    wait = select.select
     dilation = switches[0].dilation if switches else 1.0
     monotonic = virtual_clock(dilation)
     receive = core.receive
@@ -68,12 +66,7 @@ def run(core: ForwardingCore, controls: list[ControlServer | None]) -> None:
     batch: list = []
     deadline: float | None = None
     while all(sw.running for sw in switches):
-        now = monotonic()
-        timeout = 1.0 if deadline is None else max(0.0, (deadline - now) * dilation)
-        if timeout > 0.0:
-            readable = [fd for fd, _ in ready(0)] if wait(epfd, (), (), timeout)[0] else []
-        else:
-            readable = everything if scan else [fd for fd, _ in ready(0)]
+        readable = wait_readable(poller, deadline, monotonic(), dilation, everything, scan)
         for sw in switches:
             sw.loop_wakeups += 1
         while True:

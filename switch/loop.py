@@ -55,6 +55,23 @@ def share_late(switches: list[Switch]) -> None:
         sw.late = switches[0].late
 
 
+def wait_readable(
+    poller, deadline: float | None, now: float, dilation: float, everything: list, scan: bool
+) -> list[int]:
+    """Sleep until `deadline` (virtual; None: up to a second) or until a registered descriptor
+    is readable; return the readable ones. A deadline already due returns at once: every
+    descriptor (`everything`) if `scan` -- for a few rings, looking into each costs less than
+    asking epoll -- else what epoll says is ready."""
+    timeout = 1.0 if deadline is None else max(0.0, (deadline - now) * dilation)
+    if timeout > 0.0:
+        # select() on the epoll descriptor: microsecond timeouts (epoll_wait's are whole
+        # milliseconds) at the cost of one descriptor, however many ports there are.
+        if select.select((poller.fileno(),), (), (), timeout)[0]:
+            return [fd for fd, _ in poller.poll(0)]
+        return []
+    return everything if scan else [fd for fd, _ in poller.poll(0)]
+
+
 def serve_due(switches: list[Switch], service, now: float, deadline: float | None) -> float | None:
     """Serve the egress timers at `now` and return the next deadline; if the previous
     `deadline` had come due, record by how much it was late (virtual µs), however the loop
@@ -101,12 +118,10 @@ def run(
     poller = select.epoll()
     for fd in [*entries, *controls]:
         poller.register(fd, select.EPOLLIN)
-    epfd = [poller.fileno()]
     ready = poller.poll
     forward = fastpath.forward_from_ring
     dilation = switches[0].dilation if switches else 1.0
     monotonic = virtual_clock(dilation)
-    wait = select.select
     service = active.serve
     deadline: float | None = None
     # When a timer is due: every ring once, without asking epoll -- for a few rings; past
@@ -114,17 +129,7 @@ def run(
     everything = list(entries)
     scan = len(everything) <= SCAN_MAX
     while all(sw.running for sw in switches):
-        now = monotonic()
-        timeout = 1.0 if deadline is None else max(0.0, (deadline - now) * dilation)
-        if timeout > 0.0:
-            # select() on the epoll descriptor: microsecond timeouts (epoll_wait's are whole
-            # milliseconds) at the cost of one descriptor, however many ports there are.
-            if wait(epfd, (), (), timeout)[0]:
-                readable = [fd for fd, _ in ready(0)]
-            else:
-                readable = []
-        else:
-            readable = everything if scan else [fd for fd, _ in ready(0)]
+        readable = wait_readable(poller, deadline, monotonic(), dilation, everything, scan)
         for sw in switches:
             sw.loop_wakeups += 1
         while True:
