@@ -20,3 +20,16 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env["PYTHONPATH"] = str(PACKAGE_ROOT) + (os.pathsep + old if old else "")
     env.update(extra or {})
     return env
+
+
+def peak_rss_mb() -> float | None:
+    """This process's peak resident memory (VmHWM) in MB, None where /proc does not say: every
+    switch and endpoint reports it, so that a large fabric's memory is a measured figure."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+from contracts.runtime import peak_rss_mb
 from endpoint import datapath, udp_io
 from endpoint.metrics import rtt_summary
 from endpoint.workloads import Job
@@ -161,6 +162,7 @@ class Recording:
             # all report it, so a sum over hosts counts each pid once.
             "pid": os.getpid(),
             "hosts_in_process": getattr(self, "hosts_in_process", 1),
+            "rss_peak_mb": peak_rss_mb(),
             "rx_datagrams": self.rx_datagrams,
             "rx_by_address": {
                 a: self.rx_per_nic[s] for a, s in zip(self.addrs, self.rx, strict=True)

@@ -16,6 +16,7 @@ from zlib import crc32
 
 from contracts.clock import check_dilation
 from contracts.defaults import ROCE_PORT, prio_limit_bytes
+from contracts.runtime import peak_rss_mb
 from contracts.stats import LateHistogram
 from switch import fastpath, frames
 from switch.config import SwitchConfig
@@ -406,6 +407,7 @@ class Switch:
             "cpu_user_s": user_s,
             "cpu_sys_s": sys_s,
             "pid": os.getpid(),
+            "rss_peak_mb": peak_rss_mb(),
         }
         return out if self.counters_overlay is None else self.counters_overlay(out)
 

@@ -473,3 +473,15 @@ def test_only_names_a_section_of_the_bench_it_is_given_to(capsys):
     assert "bench fidelity has no section '4x4x4'" in capsys.readouterr().err
     assert main(["bench", "hop", "--only", "4x4x4"]) == 2
     assert "bench hop has no sections" in capsys.readouterr().err
+
+
+def test_peak_memory_is_the_largest_process_of_each_kind():
+    from contracts.runtime import peak_rss_mb
+    from testbed.experiment.transport_run import peak_rss
+
+    own = peak_rss_mb()
+    assert own is not None and own > 1  # this test process: some MB
+    switch = {"leaf1": {"rss_peak_mb": 40.0}, "spine1": {"rss_peak_mb": 42.5}, "x": {}}
+    eps = {"h1": {"rss_peak_mb": 60.0}, "h2": None, "h3": {"rss_peak_mb": 61.5}}
+    assert peak_rss(switch, eps) == {"switch": 42.5, "endpoint": 61.5}
+    assert peak_rss({}, None) == {"switch": None, "endpoint": None}

@@ -231,6 +231,7 @@ def one_run(fabric: str, n: float, out_dir: Path) -> dict[str, Any]:
         "switch_kernel_us_per_hop": switch_kernel_us_per_hop(counters),
         "cpu_util": emu.get("cpu_util"),
         "datapath": outcome.summary["emulation"].get("datapath"),
+        "rss_peak_mb": emu.get("rss_peak_mb"),
         "cpu": cpu_breakdown(counters, ep_stats, entry.get("delivered_bytes", 0), sc.topology.mtu),
         "flows_done": sum(f.get("fct_ms") is not None for f in flows),
         "flows": len(flows),

@@ -254,6 +254,7 @@ def _run_all(
         entry["emulation"] = {
             **r.verdict.summary(r.timing, limits),
             "reruns": r.reruns,
+            "rss_peak_mb": r.rss_peak_mb,
             "timer_jitter_us_p99": round(r.emulation.timer_jitter_us_p99, 1),
         }
         if r.note:

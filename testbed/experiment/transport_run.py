@@ -83,6 +83,23 @@ class RunResult:
     controller: dict | None = None  # the EV controller's report, if the scenario ran one
     capture: dict | None = None  # the switches' pcap files and counts (`capture:`, --pcap)
     note: str = ""
+    rss_peak_mb: dict[str, float | None] = field(default_factory=dict)
+    """The largest peak resident memory of any switch process and of any endpoint process."""
+
+
+def peak_rss(switch: dict, ep_stats: dict | None) -> dict[str, float | None]:
+    """{"switch": MB, "endpoint": MB}: the largest VmHWM any process of each kind reported
+    (None where none did: kernel baselines have no endpoint process of ours)."""
+
+    def largest(replies) -> float | None:
+        seen = [r.get("rss_peak_mb") for r in replies if isinstance(r, dict)]
+        seen = [x for x in seen if isinstance(x, (int, float))]
+        return max(seen) if seen else None
+
+    return {
+        "switch": largest(switch.values()),
+        "endpoint": largest((ep_stats or {}).values()),
+    }
 
 
 # ----- one transport ---------------------------------------------------------------------------
@@ -254,6 +271,7 @@ def _drive(
         controller=report,
         capture=captured,
         note=note,
+        rss_peak_mb=peak_rss(switch, ep_stats),
     )
 
 
