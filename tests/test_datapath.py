@@ -146,3 +146,24 @@ def test_where_a_compiler_is_the_compiled_path_is_built():
         pytest.skip("no compiler or headers here: the Python path is this machine's")
     assert datapath.missing("switch") is None
     assert datapath.missing("endpoint") is None
+
+
+def test_up_runs_python_unless_asked(monkeypatch):
+    """A fabric driven by hand may be given any control later (loss, impairments, capture):
+    `testbed up` runs the Python path unless --datapath or $TESTBED_DATAPATH says otherwise."""
+    import os
+
+    from testbed.cli import app
+
+    _built(monkeypatch, True, True)
+    args = app.build_parser().parse_args(["up", "--spines", "1", "--leaves", "1",
+                                          "--hosts-per-leaf", "1"])  # fmt: skip
+    app._apply_datapath(args)
+    assert os.environ[datapath.ENV] == "python"
+    monkeypatch.setenv(datapath.ENV, "c")
+    app._apply_datapath(args)
+    assert os.environ[datapath.ENV] == "c"
+    args = app.build_parser().parse_args(["run", "x"])
+    monkeypatch.delenv(datapath.ENV)
+    app._apply_datapath(args)
+    assert datapath.ENV not in os.environ  # a run: the compiled path where built

@@ -91,8 +91,9 @@ def _datapath_flag(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument(
         "--datapath",
         choices=datapath.DATAPATHS,
-        help="c: the compiled data path (the default where it is built); python: the readable "
-        f"reference path (${datapath.ENV} sets the default; docs/performance.md)",
+        help="c: the compiled data path (the default where it is built; up: python, whose "
+        "switches take every control); python: the readable reference path "
+        f"(${datapath.ENV} sets the default; docs/performance.md)",
     )
     return p
 
@@ -409,6 +410,10 @@ def _apply_datapath(args: argparse.Namespace) -> None:
     value = getattr(args, "datapath", None)
     if value is None and not hasattr(args, "datapath"):
         return
+    if value is None and args.cmd == "up" and not os.environ.get(datapath.ENV):
+        # A fabric driven by hand may be given any control later (`testbed ctl loss`,
+        # `impair`, `capture`), and only the Python path has them all: up runs it unless asked.
+        value = datapath.PYTHON
     datapath.check(value, "--datapath" if value is not None else datapath.ENV)
     if value is not None:
         os.environ[datapath.ENV] = value

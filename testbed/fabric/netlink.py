@@ -38,6 +38,7 @@ OFFLOAD_FEATURES = {
 RTPROT_BOOT = 3  # what iproute2 marks the routes it adds with; pyroute2 would say "static"
 RTNH_F_ONLINK = 4  # the gateway is on the link even though no address of ours covers it
 TC_H_ROOT = 0xFFFFFFFF
+HOST_QUEUE_FRAMES = 64  # the least a host NIC's queue holds, whatever the rate (set_rate)
 TBF_MAX_RATE_BPS = 2**32 - 1  # pyroute2's tbf has no 64-bit rate attribute (34.4 Gbit/s)
 
 
@@ -150,11 +151,17 @@ class NodeNetlink:
         Switch ports are shaped by the switch itself; a host has no switch, so its egress is
         limited in its own kernel, like a NIC that cannot send faster than its link. The bucket
         holds ~200 us of line rate, at least 2 full frames of `mtu` (tbf drops a frame larger
-        than its bucket); 50 ms of queue.
+        than its bucket). Its queue holds 50 ms of line rate, and at least HOST_QUEUE_FRAMES
+        full frames: under time dilation `mbps` is the real rate (link / N), and 50 ms of
+        62.5 kbit/s (10 Mbps at N = 160) is not one frame, so a sender's burst of a few frames
+        (a coalesced ACK opens the window by four) was dropped by the host's own kernel -- the
+        emulator's loss, not the network's. A NIC's tx ring holds hundreds of frames.
         """
         rate = min(int(mbps * 1e6 / 8), TBF_MAX_RATE_BPS)  # no host here sends 34 Gbit/s
-        burst = max(2 * max_frame_bytes(mtu), int(mbps * 1e6 / 8 * 0.0002))
-        self.ipr.tc("replace", "tbf", self.index(ifname), rate=rate, burst=burst, latency="50ms")
+        frame = max_frame_bytes(mtu)
+        burst = max(2 * frame, int(mbps * 1e6 / 8 * 0.0002))
+        limit = max(int(rate * 0.05), HOST_QUEUE_FRAMES * frame)
+        self.ipr.tc("replace", "tbf", self.index(ifname), rate=rate, burst=burst, limit=limit)
 
     @_request
     def qdisc_counters(self, ifname: str) -> dict:
