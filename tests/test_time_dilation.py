@@ -277,3 +277,13 @@ def test_an_unshaped_fabric_has_no_bottleneck_and_its_summary_is_strict_json(tmp
     assert m.goodput_fraction is None and m.summary_entry()["bottleneck_mbps"] is None
     summary = build_summary(sc, events=[], transports={"mrc": m}, emulation=Emulation())
     assert write_summary(tmp_path, summary).is_file()
+
+
+def test_the_reachability_check_waits_as_long_as_the_dilated_fabric_needs():
+    from testbed.fabric.builder import reachability_timeout
+
+    assert reachability_timeout(4, 20, 1.0) == pytest.approx(2.0 + 12 * 20e-6 + 4 * 12 / 5000)
+    # 64 hosts at N = 100,000: a 1.2 s round trip and ~48,000 packet-hops of pings
+    big = reachability_timeout(64 * 63, 1, 100_000)
+    assert big == pytest.approx(2.0 + 1.2 + 64 * 63 * 12 / 5000)
+    assert big > 10

@@ -83,6 +83,19 @@ def _mininet():
     return Mininet, topo
 
 
+REACHABILITY_HOPS_PER_S = 5_000.0
+"""Packet-hops per real second the reachability check counts on: below any calibrated budget
+here, so the check's timeout covers a slow machine."""
+
+
+def reachability_timeout(pings: int, delay_us: float, time_dilation: float) -> float:
+    """Seconds a reachability ping may take: 2 s, plus a 6-hop round trip of propagation at
+    the fabric's dilation (two link delays per hop), plus every ping and its reply over six
+    hops at REACHABILITY_HOPS_PER_S (pure)."""
+    rtt = 12 * delay_us * 1e-6 * max(1.0, time_dilation)
+    return 2.0 + rtt + pings * 2 * 6 / REACHABILITY_HOPS_PER_S
+
+
 class FabricBuilder:
     """Owns the Mininet object of one fabric for as long as the fabric is up."""
 
@@ -279,13 +292,21 @@ class FabricBuilder:
 
     # ----- checks -----------------------------------------------------------------------------
 
-    def check_reachability(self, timeout_s: float = 2.0) -> list[str]:
-        """Ping every other host on every plane from every host; returns the failures."""
+    def check_reachability(self, timeout_s: float | None = None) -> list[str]:
+        """Ping every other host on every plane from every host; returns the failures.
+
+        The pings' timeout (default `reachability_timeout`) grows with the time dilation and
+        the fabric: at N = 100,000 a 6-hop round trip of 1 µs links takes 1.2 real seconds,
+        and 64 hosts' 4,032 pings are ~50,000 packet-hops the emulator carries at its pace."""
         self.checkpoint()
         fab = self.fabric
         targets = [
             (h, fab.host_ip(h, k)) for h in fab.hosts() for k in range(1, fab.params.planes + 1)
         ]
+        if timeout_s is None:
+            timeout_s = reachability_timeout(
+                len(fab.hosts()) * (len(targets) - 1), fab.params.delay_us, self.time_dilation
+            )
         failures: list[str] = []
         procs = []
         for src in fab.hosts():
