@@ -25,19 +25,32 @@ def test_a_fresh_calibration_of_this_machine_is_used(cache):
     assert cal.load_budget() == (12345.0, "calibrated")
 
 
-def test_a_calibration_of_the_other_data_path_is_stale(cache, monkeypatch):
+def test_each_data_path_has_its_own_calibration(cache, monkeypatch):
     cal.save_budget(12345.0, {})
     monkeypatch.setenv(datapath.ENV, "python")
-    assert cal.load_budget() is None
+    assert cal.load_budget() is None  # the compiled path's budget is not the Python path's
     cal.save_budget(999.0, {})
     assert cal.load_budget() == (999.0, "calibrated")
     monkeypatch.setenv(datapath.ENV, "c")
-    assert cal.load_budget() is None
+    assert cal.load_budget() == (12345.0, "calibrated")  # kept beside the other
+    cal.save_budget(20000.0, {})  # a new one replaces its own data path's only
+    assert cal.load_budget() == (20000.0, "calibrated")
+    monkeypatch.setenv(datapath.ENV, "python")
+    assert cal.load_budget() == (999.0, "calibrated")
+
+
+def test_an_older_single_record_file_is_still_read(cache):
+    cache.write_text(
+        json.dumps(
+            {"budget_hops_per_s": 777.0, "measured_at": time.time(), "machine": cal.machine()}
+        )
+    )
+    assert cal.load_budget() == (777.0, "calibrated")
 
 
 def test_an_old_or_foreign_or_broken_calibration_is_stale(cache, monkeypatch):
     cal.save_budget(12345.0, {})
-    record = json.loads(cache.read_text())
+    (record,) = json.loads(cache.read_text())["calibrations"]
     record["measured_at"] = time.time() - (cal.MAX_AGE_DAYS + 1) * 86400
     cache.write_text(json.dumps(record))
     assert cal.load_budget() is None

@@ -51,7 +51,20 @@ def machine() -> dict:
     }
 
 
+def _records(path: Path) -> list[dict]:
+    """The calibrations in the cache: one per data path (a list), or an older file's one."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    if isinstance(data, dict) and isinstance(data.get("calibrations"), list):
+        return [r for r in data["calibrations"] if isinstance(r, dict)]
+    return [data] if isinstance(data, dict) else []
+
+
 def save_budget(hops_per_s: float, detail: dict, path: Path | None = None) -> Path:
+    """Cache this machine's budget beside those of its other data path: a user who alternates
+    `--datapath c` and `python` keeps both calibrations (one record a data path)."""
     path = path or cache_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {
@@ -60,22 +73,29 @@ def save_budget(hops_per_s: float, detail: dict, path: Path | None = None) -> Pa
         "machine": machine(),
         "detail": detail,
     }
+    mine = record["machine"]["datapath"]
+    kept = [
+        r
+        for r in _records(path)
+        if isinstance(r.get("machine"), dict) and r["machine"].get("datapath") != mine
+    ]
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=1))
+    tmp.write_text(json.dumps({"calibrations": [*kept, record]}, indent=1))
     os.replace(tmp, path)
     return path
 
 
 def load_budget(path: Path | None = None) -> tuple[float, str] | None:
-    """(packet-hops per real second, "calibrated") if a fresh calibration of this machine
-    exists, else None."""
+    """(packet-hops per real second, "calibrated") if a fresh calibration of this machine,
+    emulator and data path exists, else None."""
     path = path or cache_path()
-    try:
-        record = json.loads(path.read_text())
-        hops = float(record["budget_hops_per_s"])
-        age_days = (time.time() - float(record["measured_at"])) / 86400
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    if record.get("machine") != machine() or not 0 <= age_days <= MAX_AGE_DAYS or hops <= 0:
-        return None
-    return hops, "calibrated"
+    me = machine()
+    for record in _records(path):
+        try:
+            hops = float(record["budget_hops_per_s"])
+            age_days = (time.time() - float(record["measured_at"])) / 86400
+        except (ValueError, KeyError, TypeError):
+            continue
+        if record.get("machine") == me and 0 <= age_days <= MAX_AGE_DAYS and hops > 0:
+            return hops, "calibrated"
+    return None
