@@ -85,6 +85,9 @@ def run(core: ForwardingCore, controls: list[ControlServer | None]) -> None:
                         del entries[fd]
                         poller.unregister(fd)
                         everything.remove(fd)
+                        del rings[(i, p)]  # its frames count as tx errors from now on
+                        if io in ios:
+                            ios.remove(io)  # never flushed again (as switch/loop.py)
                         sw = switches[i]
                         sw.drops["port_vanished"] = sw.drops.get("port_vanished", 0) + 1
                 else:

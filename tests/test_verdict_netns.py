@@ -85,4 +85,8 @@ def test_a_switch_that_reports_no_lateness_makes_the_run_invalid(scenario, tmp_p
     )  # fmt: skip
     assert not outcome.valid
     reasons = outcome.summary["emulation"]["invalid_reasons"]
-    assert "mrc: not measured: switch lateness: spine1 reported no lateness histogram" in reasons
+    # At N = 40 the machine may add reasons of its own (lateness, drops); what was not
+    # measured is exactly the one input taken away, however many others there are.
+    assert [r for r in reasons if "not measured" in r] == [
+        "mrc: not measured: switch lateness: spine1 reported no lateness histogram"
+    ]
