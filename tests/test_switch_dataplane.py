@@ -606,6 +606,7 @@ def test_counters_shape() -> None:
         "cpu_user_s",
         "cpu_sys_s",
         "pid",
+        "rss_peak_mb",
     ):
         assert key in c
     assert c["cpu_user_s"] + c["cpu_sys_s"] == pytest.approx(c["cpu_s"], abs=0.02)

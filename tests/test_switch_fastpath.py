@@ -134,6 +134,7 @@ def same_behaviour(sa, a, sb, b) -> None:
             "cpu_s",
             "cpu_user_s",
             "cpu_sys_s",
+            "rss_peak_mb",  # the process's memory, which grows between the two reads
             "loop_wakeups",
             "vector_frames",
             "vector_bursts",
