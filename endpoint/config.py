@@ -67,6 +67,7 @@ class Mode(str, Enum):
 # trigger) and the time it was held in 32 bits of ns (docs/wire-format.md, MRCSack).
 ACK_EVERY_MAX = 256
 ACK_DELAY_MAX = 4.0
+ACK_REORDER_MAX = 64  # the SACK bitmap's block: a run's members must all be in its first one
 
 RC_TIMEOUT_UNIT_S = 4.096e-6  # IBA: local ACK timeout = 4.096 µs x 2^timeout
 MRC_TIMEOUT_UNIT_S = 1.024e-6  # MRC (mrc_qp_attr.timeout): local ACK timeout = 1.024 µs x 2^t
@@ -201,6 +202,11 @@ class TransportConfig:
     # takes the hold out of its RTT samples and adds it to its probe and retransmit timers.
     ack_every: int = 4
     ack_delay: float = 250e-6
+    # Reordering threshold (QUIC ACK frequency's): a packet arriving this many PSNs or more
+    # beyond the hole at rcv_nxt is ACKed at once, and so is the packet that fills a hole with
+    # packets that far beyond it; nearer ones join the run. 1: any out-of-order packet is
+    # ACKed at once. At most 64, the SACK bitmap's block (endpoint.receiver, `_coalesce`).
+    ack_reorder: int = 1
     max_message_bytes: int = 256 * 1024 * 1024
     max_reassembly_bytes: int = 1024 * 1024 * 1024  # bytes reserved by partial messages
     rtt_samples_kept: int = 4096
@@ -298,6 +304,9 @@ class TransportConfig:
             )
         if not 1 <= self.ack_every <= ACK_EVERY_MAX:
             raise ValueError(f"ack_every must be 1..{ACK_EVERY_MAX}, got {self.ack_every}")
+        r = self.ack_reorder
+        if isinstance(r, bool) or not isinstance(r, int) or not 1 <= r <= ACK_REORDER_MAX:
+            raise ValueError(f"ack_reorder must be an integer 1..{ACK_REORDER_MAX}, got {r!r}")
         v = self.ack_delay
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= ACK_DELAY_MAX:
             raise ValueError(f"ack_delay must be seconds in [0, {ACK_DELAY_MAX}], got {v!r}")

@@ -315,45 +315,50 @@ class Sender:
         st.counters["ack_rx"] += 1
         rtt = self._rtt_sample(a.ts_echo, a.ack_delay, now)
         direct = a.psn
-        n = a.coalesced
-        # A coalesced ACK also answers the in-order packets before its trigger (found before
-        # they are marked acknowledged: their EVs get the same feedback as the trigger's).
-        run = self._run_members(direct, n, a.cum_psn) if n else []
-        self._spurious_by_echo(a, run, now)
-        acked = 0
-        newest = float("-inf")
         unacked = self.unacked
-        # Packets acknowledged by another packet's ACK (cumulative or SACK), not their own.
-        covered: list[OutPacket] = []
+        # What this ACK acknowledges that was not acknowledged before: the PSNs its cumulative
+        # PSN passes, then its SACK bitmap's (found before they are marked: a coalesced ACK's
+        # run is picked among them, and their EVs get the trigger's feedback).
+        newly: list[OutPacket] = []
         if dc > 0:
             base = self.snd_una
             for i in range(dc):
                 p = unacked.get(psn_add(base, i))
                 if p is not None:
-                    acked += self._acked(p, now)
-                    if not 0 <= psn_diff(direct, p.psn) <= n:
-                        covered.append(p)
-                    if p.transmissions == 1 and p.sent_at > newest:
-                        newest = p.sent_at
-            self.snd_una = a.cum_psn
-        p = unacked.get(direct)
-        if p is not None:
-            acked += self._acked(p, now)
-        if rtt is not None:
-            newest = max(newest, a.ts_echo / 1e9)  # the copy this ACK answers left then
+                    newly.append(p)
         bits = a.sack_bitmap
-        if bits and -window <= psn_diff(a.sack_base, self.snd_una) <= window:
+        una = a.cum_psn if dc > 0 else self.snd_una
+        if bits and -window <= psn_diff(a.sack_base, una) <= window:
             base = a.sack_base
             while bits:
                 low = bits & -bits
                 p = unacked.get(psn_add(base, low.bit_length() - 1))
                 if p is not None:
-                    acked += self._acked(p, now)
-                    if p.psn != direct:
-                        covered.append(p)
-                    if p.transmissions == 1 and p.sent_at > newest:
-                        newest = p.sent_at
+                    newly.append(p)
                 bits ^= low
+        trigger = unacked.get(direct)
+        n = a.coalesced
+        run = self._run_members(newly, trigger, n) if n else []
+        self._spurious_by_echo(a, run, now)
+        acked = 0
+        newest = float("-inf")
+        # Packets acknowledged by another packet's ACK (cumulative or SACK), not their own.
+        in_run = {id(q) for q, _ in run}
+        covered: list[OutPacket] = []
+        for p in newly:
+            if p.psn not in unacked:
+                continue  # named twice (a forged ACK's bitmap overlapping its cumulative PSN)
+            acked += self._acked(p, now)
+            if p is not trigger and id(p) not in in_run:
+                covered.append(p)
+            if p.transmissions == 1 and p.sent_at > newest:
+                newest = p.sent_at
+        if trigger is not None and trigger.psn in unacked:
+            acked += self._acked(trigger, now)
+        if dc > 0:
+            self.snd_una = a.cum_psn
+        if rtt is not None:
+            newest = max(newest, a.ts_echo / 1e9)  # the copy this ACK answers left then
         while self.snd_una != self.next_psn and self.snd_una not in unacked:
             self.snd_una = psn_add(self.snd_una, 1)
         # The round trip proven is the trigger's alone: the ACK came back on its EV's reply path.
@@ -372,23 +377,27 @@ class Sender:
         if acked:
             self.cc.on_ack(acked, rtt, ce, now, self.recovery.inflight_bytes)
 
-    def _run_members(self, direct: int, n: int, cum: int) -> list[tuple[OutPacket, int | None]]:
-        """The packets a coalesced ACK answers besides its trigger -- PSNs ``direct - n`` ..
-        ``direct - 1``, still unacknowledged and below its cumulative PSN -- each with the EV its
-        arriving copy took (None if that is no longer known). Only first copies join a run:
-        the receiver ends a run at once with any retransmission."""
+    def _run_members(
+        self, newly: list[OutPacket], trigger: OutPacket | None, n: int
+    ) -> list[tuple[OutPacket, int | None]]:
+        """The packets a coalesced ACK answers besides its trigger: the ``n`` highest PSNs among
+        those it newly acknowledges (``newly``), each with the EV its arriving copy took (None
+        if that is no longer known). With no ACK lost these are exactly what this ACK newly
+        acknowledges; a lost ACK's packets are older (a run holds first copies sent in PSN
+        order, and packets at most ``ack_reorder`` apart), so they are left as covered. Only
+        first copies join a run: the receiver ends a run at once with any retransmission."""
+        base = self.snd_una
+        others = [p for p in newly if p is not trigger]
+        if len(others) > n:
+            others.sort(key=lambda p: psn_diff(p.psn, base))
+            others = others[-n:]
         out: list[tuple[OutPacket, int | None]] = []
-        unacked = self.unacked
         lost = self._lost_copies
-        for i in range(1, n + 1):
-            psn = psn_add(direct, -i)
-            p = unacked.get(psn)
-            if p is None or psn_diff(cum, psn) <= 0:
-                continue
+        for p in reversed(others):
             if p.transmissions == 1:
                 out.append((p, p.ev))
             else:
-                copy = lost.get(psn)
+                copy = lost.get(p.psn)
                 out.append((p, None if copy is None else copy[1]))
         return out
 

@@ -484,3 +484,68 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# ----- a reordering threshold (`ack_reorder`, QUIC ACK frequency's Reordering Threshold) -----
+
+
+def test_packets_nearer_than_the_reorder_threshold_join_the_run() -> None:
+    """With `ack_reorder` 8 a packet beyond a hole, fewer than 8 PSNs past it, joins the run; the
+    run's ACK after `ack_every` packets names its latest and reports the rest in its SACK
+    bitmap (PSNs 2, 3 and 4 beyond the hole at 1)."""
+    rx = Rx(ack_reorder=8)
+    assert rx.send(rx.data(0)) == [] and rx.send(rx.data(2)) == [] and rx.send(rx.data(3)) == []
+    (ack,) = rx.send(rx.data(4))
+    assert (ack.psn, ack.coalesced, ack.cum_psn, ack.sack_base) == (4, 3, 1, 2)
+    assert ack.sack_bitmap == 0b111
+
+
+def test_a_packet_at_the_reorder_threshold_is_acked_at_once_after_the_pending_run() -> None:
+    rx = Rx(ack_reorder=8)
+    rx.send(rx.data(0))
+    rx.send(rx.data(2))
+    run, far = rx.send(rx.data(9))  # 8 past the hole at 1
+    assert (run.psn, run.coalesced) == (2, 1)
+    assert (far.psn, far.coalesced, far.cum_psn) == (9, 0, 1)
+
+
+@pytest.mark.parametrize(("beyond", "at_once"), [(7, False), (8, True)])
+def test_filling_a_hole_is_acked_at_once_only_past_the_threshold(beyond: int, at_once: bool):
+    """The packet that fills the hole ends the run only if a packet `ack_reorder` or more PSNs
+    past the hole had arrived: reordering the sender's loss detection may have acted on."""
+    rx = Rx(ack_reorder=8, ack_every=64)
+    rx.send(rx.data(0))
+    far = rx.send(rx.data(1 + beyond))
+    assert len(far) == (2 if at_once else 0)  # at once: the pending run's ACK, then its own
+    got = rx.send(rx.data(1))
+    if at_once:
+        (ack,) = got
+        assert (ack.psn, ack.cum_psn, ack.ts_echo) == (1, 2, 1001)
+    else:
+        assert got == []
+
+
+def test_a_run_acked_out_of_order_gives_each_member_its_feedback_and_covers_nothing() -> None:
+    """The sender finds an out-of-order run's members in the SACK bitmap: PSN 0 cumulatively,
+    PSNs 2-3 in the bitmap, the trigger 3; PSN 1 is still missing. Every member's EV gets the
+    clean ACK's feedback and none counts as a packet whose own ACK went missing."""
+    tx = Tx(ack_reorder=8)
+    pkts = tx.send(4 * 1420)
+    evs = tx.conn.sender.evs
+    for p in pkts:
+        evs.on_congestion(p.ev, 0.0, "trim")
+    weights = {p.ev: evs.by_ev[p.ev].weight for p in pkts}
+    raw = codec.encode_ack(QP_TX, 3, 1, 2, 0b11, pkts[3].ev, 0, pkts[3].send_ts, 0, 0, 2, 0)
+    tx.ep.on_datagram(raw, tos(46), 100e-6)
+    sender = tx.conn.sender
+    assert sorted(sender.unacked) == [1]
+    for p in (pkts[0], pkts[2], pkts[3]):
+        assert evs.by_ev[p.ev].weight == pytest.approx(weights[p.ev] + 0.05)
+    assert evs.by_ev[pkts[1].ev].weight == pytest.approx(weights[pkts[1].ev])
+    assert sender._quick_acks == 0
+
+
+@pytest.mark.parametrize("bad", [0, 65, True, 2.0])
+def test_ack_reorder_outside_1_to_64_is_refused(bad: object) -> None:
+    with pytest.raises(ValueError, match="ack_reorder"):
+        TransportConfig(ack_reorder=bad)
