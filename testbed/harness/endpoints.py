@@ -47,18 +47,45 @@ def _die_with_parent() -> None:
 ENDPOINT_LAYOUT_ENV = "TESTBED_ENDPOINT_PROCESSES"
 PER_HOST = "per-host"
 SHARED = "shared"
-ENDPOINT_LAYOUTS = (PER_HOST, SHARED)
+ENDPOINT_LAYOUTS = (PER_HOST, SHARED, "shared:K")
 
 
 def endpoint_layout(value: str | None = None) -> str:
     """`value`, else $TESTBED_ENDPOINT_PROCESSES, else per-host; ValueError names a bad one.
 
-    `shared`: one process serves every host's endpoint (endpoint/shared.py says why)."""
+    `shared`: one process serves every host's endpoint (endpoint/shared.py says why);
+    `shared:K`: K processes, each serving a contiguous share of the hosts (one per core: a
+    single process for 16 hosts saturated one core at N = 2,500 while the other idled)."""
     source = "endpoint layout" if value is not None else ENDPOINT_LAYOUT_ENV
     mode = value if value is not None else os.environ.get(ENDPOINT_LAYOUT_ENV) or PER_HOST
-    if mode not in ENDPOINT_LAYOUTS:
-        raise ValueError(f"{source}: {mode!r} is not one of {', '.join(ENDPOINT_LAYOUTS)}")
-    return mode
+    if mode in (PER_HOST, SHARED) or _shared_count(mode) is not None:
+        return mode
+    raise ValueError(f"{source}: {mode!r} is not one of {', '.join(ENDPOINT_LAYOUTS)} (K >= 1)")
+
+
+def _shared_count(mode: str) -> int | None:
+    head, _, k = mode.partition(":")
+    if head != SHARED or not k.isdigit() or int(k) < 1:
+        return None
+    return int(k)
+
+
+def host_groups(hosts: list[str], layout: str) -> list[list[str]]:
+    """Which hosts each endpoint process serves under `layout`: one each (per-host), all in
+    one (shared), or K contiguous groups of sizes differing by at most one (shared:K)."""
+    if layout == PER_HOST:
+        return [[h] for h in hosts]
+    k = 1 if layout == SHARED else _shared_count(layout)
+    if k is None:
+        raise ValueError(f"endpoint layout: {layout!r} is not one of {', '.join(ENDPOINT_LAYOUTS)}")
+    k = min(k, len(hosts)) or 1
+    size, extra = divmod(len(hosts), k)
+    out, i = [], 0
+    for g in range(k):
+        n = size + (1 if g < extra else 0)
+        out.append(hosts[i : i + n])
+        i += n
+    return [g for g in out if g]
 
 
 class EndpointProcs:
@@ -66,8 +93,8 @@ class EndpointProcs:
     ip netns exec, that execs in place so the PID is the endpoint's), and their coordinator.
 
     `netns` (host -> /proc/PID/ns/net), when given, makes one process serve every host of
-    `launch` (started with the first host's prefix; endpoint.shared): `procs` then maps every
-    host to that one process."""
+    `launch` (started with the first host's prefix; endpoint.shared), or each of `groups` (lists
+    of hosts, `host_groups`) if given: `procs` then maps every host to its process."""
 
     def __init__(
         self,
@@ -76,6 +103,7 @@ class EndpointProcs:
         workdir: str | None = None,
         env: dict[str, str] | None = None,
         netns: dict[str, str] | None = None,
+        groups: list[list[str]] | None = None,
     ):
         self.config = config
         self.dir = Path(workdir or tempfile.mkdtemp(prefix="tbe-ep-"))
@@ -85,7 +113,10 @@ class EndpointProcs:
         self._log_host: dict[str, str] = {}  # host -> the host whose log its process writes
         self.coordinator: Coordinator | None = None
         cfg = json.dumps(config)
-        groups = [[h] for h in launch] if netns is None else [list(launch)]
+        if netns is None:
+            groups = [[h] for h in launch]
+        elif groups is None:
+            groups = [list(launch)]
         try:
             for hosts in groups:
                 err = open(self.dir / f"{hosts[0]}.log", "wb")  # noqa: SIM115 - closed in stop()
@@ -200,7 +231,7 @@ def fabric_endpoint_config(
 class FabricEndpoints(EndpointProcs):
     """The endpoints of the given hosts of a running fabric (started with mnexec): a process
     in each host, or with `layout` shared (default: $TESTBED_ENDPOINT_PROCESSES, else
-    per-host) one process for them all."""
+    per-host) one process for them all, or shared:K K processes."""
 
     def __init__(
         self,
@@ -219,7 +250,7 @@ class FabricEndpoints(EndpointProcs):
         self.layout = endpoint_layout(layout)
         netns = (
             {h: f"/proc/{st.nodes[h]['pid']}/ns/net" for h in hosts}
-            if self.layout == SHARED
+            if self.layout != PER_HOST
             else None
         )
         super().__init__(
@@ -228,6 +259,7 @@ class FabricEndpoints(EndpointProcs):
             workdir=workdir,
             env={"TESTBED_FABRIC": name},
             netns=netns,
+            groups=host_groups(list(hosts), self.layout) if netns is not None else None,
         )
 
 
