@@ -102,6 +102,6 @@ def parse_dilation(text: str) -> float | str:
         return check_dilation(float(text), "--time-dilation")
     except ValueError as exc:
         raise ValueError(
-            f"--time-dilation: expected 'auto' or a number between 1 and {MAX_DILATION:g}, "
+            f"--time-dilation: expected 'auto' or a number between 1 and {MAX_DILATION:.0f}, "
             f"got {text!r}"
         ) from exc

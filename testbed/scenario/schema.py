@@ -136,7 +136,7 @@ class EmulationSpec(StrictModel):
             return check_dilation(value)
         except ValueError:
             raise ValueError(
-                f"expected 'auto' or a number between 1 and {MAX_DILATION:g}, got {value!r}"
+                f"expected 'auto' or a number between 1 and {MAX_DILATION:.0f}, got {value!r}"
             ) from None
 
 
