@@ -13,7 +13,7 @@ import zlib
 
 import pytest
 
-from endpoint import codec, udp_io, wire, workloads
+from endpoint import codec, udp_io, wire, workload_messages
 from endpoint.reassembly import Reassembly
 
 _burst = pytest.importorskip("endpoint._burst")
@@ -299,12 +299,12 @@ def test_reassembly_joins_in_offset_order_with_zeros_for_holes():
 
 
 def test_parse_message_takes_any_buffer_and_checks_every_pattern_byte():
-    data = workloads.make_message(workloads.K_FLOW, 3, 1, 2, 5000)
+    data = workload_messages.make_message(workload_messages.K_FLOW, 3, 1, 2, 5000)
     for buf in (data, bytearray(data), memoryview(data)):
-        assert workloads.parse_message(buf, 3) == (workloads.K_FLOW, 1, 2, b"")
+        assert workload_messages.parse_message(buf, 3) == (workload_messages.K_FLOW, 1, 2, b"")
     for at in (16, 17, 2000, 4999):
         bad = bytearray(data)
         bad[at] ^= 0x80
-        assert workloads.parse_message(bytes(bad), 3) is None
-    assert workloads.parse_message(data[:-1], 3) == (workloads.K_FLOW, 1, 2, b"")
-    assert workloads.parse_message(data + b"\x00", 3) is None
+        assert workload_messages.parse_message(bytes(bad), 3) is None
+    assert workload_messages.parse_message(data[:-1], 3) == (workload_messages.K_FLOW, 1, 2, b"")
+    assert workload_messages.parse_message(data + b"\x00", 3) is None

@@ -30,16 +30,8 @@ from endpoint.pacer import Pacer
 from endpoint.process_config import ConfigError, EndpointConfig, job_transport_config
 from endpoint.simnet import Bottleneck, SimNet
 from endpoint.transport import Endpoint
-from endpoint.workloads import (
-    HEADER,
-    K_FLOW,
-    Job,
-    WorkloadError,
-    flows_of,
-    make_message,
-    parse_message,
-    parse_size,
-)
+from endpoint.workload_messages import HEADER, K_FLOW, make_message, parse_message
+from endpoint.workloads import Job, WorkloadError, flows_of, parse_size
 from tests.conftest import drive_jobs
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,7 +11,8 @@ from endpoint.simnet import Bottleneck, PairHarness, SimNet
 from endpoint.stats import COMPLETIONS_KEPT
 from endpoint.transport import Endpoint
 from endpoint.wire import TOS_DATA
-from endpoint.workloads import RECORDS_KEPT, Job
+from endpoint.workload_roles import RECORDS_KEPT
+from endpoint.workloads import Job
 from tests.conftest import drive_jobs
 
 HOSTS4 = ["h1", "h2", "h3", "h4"]

@@ -16,7 +16,7 @@ import time
 import zlib
 from bisect import bisect_right
 
-from endpoint import codec, datapath, udp_io, workloads
+from endpoint import codec, datapath, udp_io, workload_messages
 from endpoint.reassembly import Reassembly
 
 MSG = 1 << 20
@@ -39,14 +39,14 @@ def _old_pattern(n: int) -> bytes:
 
 
 def old_make_message(kind, job, step, index, size, extra=b""):
-    head = workloads.HEADER.pack(workloads.MAGIC, kind, 1, job, step, index) + extra
+    head = workload_messages.HEADER.pack(workload_messages.MAGIC, kind, 1, job, step, index) + extra
     return head + _old_pattern(size)[len(head) :]
 
 
 def old_parse_message(data, job):
-    H = workloads.HEADER
+    H = workload_messages.HEADER
     magic, kind, version, mjob, step, index = H.unpack_from(data)
-    if magic != workloads.MAGIC or version != 1 or mjob != job:
+    if magic != workload_messages.MAGIC or version != 1 or mjob != job:
         return None
     tail = len(data) - H.size
     if tail and data[H.size :] != _old_pattern(len(data))[H.size :]:
@@ -145,8 +145,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     r = args.repeat
-    msg = workloads.make_message(workloads.K_FLOW, 7, 0, 1, MSG)
-    assert msg == old_make_message(workloads.K_FLOW, 7, 0, 1, MSG)
+    msg = workload_messages.make_message(workload_messages.K_FLOW, 7, 0, 1, MSG)
+    assert msg == old_make_message(workload_messages.K_FLOW, 7, 0, 1, MSG)
     chunks = [(o, memoryview(msg)[o : o + PKT]) for o in range(0, MSG, PKT)]
     # the receiver's payloads are views into datagrams (codec.decode): emulate that
     dgrams = [(o, memoryview(bytes(52) + bytes(c))[52:]) for o, c in chunks]
@@ -178,14 +178,14 @@ def main() -> None:
     row(
         "make_message (1 MiB)",
         best(lambda: old_make_message(0, 7, 0, 1, MSG), r, n_msg),
-        best(lambda: workloads.make_message(0, 7, 0, 1, MSG), r, n_msg),
+        best(lambda: workload_messages.make_message(0, 7, 0, 1, MSG), r, n_msg),
         MSG,
     )
-    assert workloads.parse_message(msg, 7) == old_parse_message(msg, 7)
+    assert workload_messages.parse_message(msg, 7) == old_parse_message(msg, 7)
     row(
         "parse_message (1 MiB)",
         best(lambda: old_parse_message(msg, 7), r, n_msg),
-        best(lambda: workloads.parse_message(msg, 7), r, n_msg),
+        best(lambda: workload_messages.parse_message(msg, 7), r, n_msg),
         MSG,
     )
     row(
