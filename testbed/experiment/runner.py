@@ -70,7 +70,7 @@ from testbed.scenario import (
     Scenario,
 )
 from testbed.scenario.datapath_needs import python_only_features
-from testbed.scenario.schema import KERNEL_TRANSPORTS
+from testbed.scenario.transports import KERNEL_TRANSPORTS
 
 DATA_FORMATS = ("csv", "parquet")  # --format: the CSVs always; parquet adds testbed.results' frames
 

@@ -15,7 +15,7 @@ from testbed.harness.endpoint_driver import ENDPOINT_TRANSPORTS, EndpointDriver
 from testbed.harness.kernel_baseline import KernelBaseline
 from testbed.harness.records import TransportRun
 from testbed.scenario import Scenario
-from testbed.scenario.schema import KERNEL_TRANSPORTS
+from testbed.scenario.transports import KERNEL_TRANSPORTS
 
 
 class Driver(Protocol):

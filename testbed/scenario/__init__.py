@@ -4,6 +4,7 @@ Importers use this package's names; which module inside defines each is the pack
 business (docs/scenario-format.md documents the format):
 
 - `schema`: the pydantic models of the file (workload kinds: `contracts.workloads`);
+- `events`: the timeline's events; `transports`: the transports and their configurations;
 - `validation`: the strict YAML loader, error messages with key paths, checks of meaning;
 - `traffic`: the flows a workload asks for, who takes part, how many bytes;
 - `capacity`: what the fabric could carry (`min_goodput_fraction`'s yardstick);

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from testbed.scenario.schema import KERNEL_TRANSPORTS
+from testbed.scenario.transports import KERNEL_TRANSPORTS
 
 _SEGMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)((?:\[\d+\])*)")
 

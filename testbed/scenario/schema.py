@@ -4,22 +4,15 @@ A scenario (docs/design.md, "Scenario file (YAML)") names a topology, the transp
 workload (whose kinds are `contracts.workloads`, shared with the endpoints' job requests), a
 timeline of failure events and what the run must show. These models check types and ranges
 only; what the values mean against the fabric is `testbed.scenario.validation`'s job.
+The timeline's events are `testbed.scenario.events`, the transports'
+configurations `testbed.scenario.transports`; this module re-exports both.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    Discriminator,
-    Field,
-    PrivateAttr,
-    Tag,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from contracts.clock import MAX_DILATION, check_dilation
 from contracts.defaults import ECMP_HASHES, FORWARDINGS
@@ -34,7 +27,38 @@ from contracts.workloads import (
     PermutationWorkload,
     Workload,
 )
+from testbed.scenario.events import (
+    ACTIONS,
+    EVENT_MODELS,
+    FAILURE_ACTIONS,
+    LINK_EVENTS,
+    RECOVERY_ACTIONS,
+    Blackhole,
+    Degrade,
+    Event,
+    Flap,
+    Heal,
+    Impair,
+    LinkDown,
+    LinkEvent,
+    LinkUp,
+    Loss,
+    PlaneDown,
+    PlaneEvent,
+    PlaneUp,
+    SwitchDown,
+    SwitchEvent,
+    SwitchUp,
+    models_by_tag,
+)
 from testbed.scenario.random_failures import RandomFailureSpec, failure_events
+from testbed.scenario.transports import (
+    ENDPOINT_TRANSPORT_NAMES,
+    TRANSPORTS,
+    CcSpec,
+    TransportEntry,
+    TransportSpec,
+)
 from topologies import Fabric, TopologyParams, leaf_spine
 
 __all__ = [
@@ -78,17 +102,6 @@ __all__ = [
     "TopologySpec",
     "Workload",
 ]
-
-TRANSPORTS: tuple[str, ...] = ("mrc", "single-path", "spray-no-failover", "roce", "tcp", "mptcp")
-KERNEL_TRANSPORTS = frozenset({"tcp", "mptcp"})
-"""Transports on the kernel's clocks: they run in real time only (time dilation 1)."""
-FAILURE_ACTIONS = frozenset(
-    {"link-down", "blackhole", "loss", "degrade", "flap", "switch-down", "plane-down"}
-)
-RECOVERY_ACTIONS = frozenset({"link-up", "heal", "switch-up", "plane-up"})
-
-NodeName = Annotated[str, Field(min_length=1)]
-Pair = Annotated[list[NodeName], Field(min_length=2, max_length=2)]
 
 
 class TopologySpec(StrictModel):
@@ -180,241 +193,7 @@ class CaptureSpec(StrictModel):
         return bool(self.ports)
 
 
-class _EventBase(StrictModel):
-    at: float = Field(ge=0, allow_inf_nan=False)
-
-    @property
-    def is_failure(self) -> bool:
-        return self.action in FAILURE_ACTIONS  # type: ignore[attr-defined]
-
-    def describe(self) -> str:
-        """One line for timelines and plot labels, e.g. ``loss 1.5% leaf1->spine1``."""
-        return self.action  # type: ignore[attr-defined]
-
-    def plan_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of `testbed.fabric.failures.plan(fabric, **kwargs)` for this event."""
-        kwargs = self.model_dump(exclude={"at"}, exclude_none=True)
-        for key in ("link", "direction"):
-            if key in kwargs:
-                kwargs[key] = tuple(kwargs[key])
-        return kwargs
-
-
-class LinkEvent(_EventBase):
-    link: Pair
-    direction: Pair | None = None
-
-    def _where(self) -> str:
-        if self.direction is not None:
-            return f"{self.direction[0]}->{self.direction[1]}"
-        return f"{self.link[0]}-{self.link[1]}"
-
-    def describe(self) -> str:
-        return f"{self.action} {self._where()}"  # type: ignore[attr-defined]
-
-
-class LinkDown(LinkEvent):
-    """Carrier loss: both ends see it, adjacent switches prune the port from ECMP at once."""
-
-    action: Literal["link-down"]
-
-
-class LinkUp(LinkEvent):
-    action: Literal["link-up"]
-
-
-class Blackhole(LinkEvent):
-    """The link stays up (nobody is told) and drops everything: a silent failure."""
-
-    action: Literal["blackhole"]
-
-
-class Loss(LinkEvent):
-    """Gray failure: each packet is dropped with probability `percent` / 100."""
-
-    action: Literal["loss"]
-    # 0 is allowed: no loss at all, the baseline point of a sweep over `percent`.
-    percent: float = Field(ge=0, le=100, allow_inf_nan=False)
-
-    def describe(self) -> str:
-        return f"loss {self.percent:g}% {self._where()}"
-
-
-class Degrade(LinkEvent):
-    """The link keeps working at `mbps` instead of its nominal rate."""
-
-    action: Literal["degrade"]
-    mbps: float = Field(gt=0, allow_inf_nan=False)
-
-    def describe(self) -> str:
-        return f"degrade {self.mbps:g} Mbps {self._where()}"
-
-
-class Flap(LinkEvent):
-    """`count` cycles of `period_ms`: down for the first half of each cycle, up for the second."""
-
-    action: Literal["flap"]
-    period_ms: float = Field(ge=2, allow_inf_nan=False)  # the switches' timers resolve ~1 ms
-    count: int = Field(ge=1)
-
-    @property
-    def end_s(self) -> float:
-        return self.at + self.period_ms * self.count / 1000.0
-
-    def describe(self) -> str:
-        return f"flap {self.count}x{self.period_ms:g}ms {self._where()}"
-
-
-class Heal(LinkEvent):
-    """Back to nominal from any impairment (down, blackhole, loss, degrade, flap)."""
-
-    action: Literal["heal"]
-
-
-class GilbertElliottSpec(StrictModel):
-    """Bursty loss (percentages per frame, as netem's `loss gemodel p r 1-h 1-k`): Good -> Bad
-    with `p`, Bad -> Good with `r`; a frame is lost with `loss_good` or `loss_bad` in each
-    state. The defaults (0, 100) are the Gilbert model: loss rate p/(p+r), bursts of 1/r."""
-
-    p: float = Field(ge=0, le=100, allow_inf_nan=False)
-    r: float = Field(default=100.0, ge=0, le=100, allow_inf_nan=False)
-    loss_good: float = Field(default=0.0, ge=0, le=100, allow_inf_nan=False)
-    loss_bad: float = Field(default=100.0, ge=0, le=100, allow_inf_nan=False)
-
-    @model_validator(mode="after")
-    def _leaves_bad(self) -> GilbertElliottSpec:
-        if self.p > 0 and self.r == 0:
-            raise ValueError("r: 0 with p > 0 never leaves the Bad state")
-        return self
-
-
-IMPAIR_KEYS = (
-    "gilbert_elliott", "jitter_us", "jitter_distribution", "jitter_reorder", "reorder_percent",
-    "reorder_delay_us", "corrupt_percent", "duplicate_percent",
-)  # fmt: skip
-
-
-class Impair(LinkEvent):
-    """Stochastic impairments of a link direction, seeded from the scenario's seed and the
-    direction (switch/impairment.py): each event replaces the direction's impairments, `heal`
-    clears them. Times are virtual microseconds. Counts as a failure (for `max_failover_ms`)
-    when it loses or damages frames -- Gilbert-Elliott loss or corruption -- not for jitter,
-    reordering or duplication alone, which a transport need not fail over from."""
-
-    action: Literal["impair"]
-    gilbert_elliott: GilbertElliottSpec | None = None
-    jitter_us: float = Field(default=0.0, ge=0, le=10_000_000, allow_inf_nan=False)
-    jitter_distribution: Literal["uniform", "normal"] = "uniform"
-    jitter_reorder: bool = False  # netem's jitter reorders; by default this one keeps the order
-    reorder_percent: float = Field(default=0.0, ge=0, le=100, allow_inf_nan=False)
-    reorder_delay_us: float = Field(default=0.0, ge=0, le=10_000_000, allow_inf_nan=False)
-    corrupt_percent: float = Field(default=0.0, ge=0, le=100, allow_inf_nan=False)
-    duplicate_percent: float = Field(default=0.0, ge=0, le=100, allow_inf_nan=False)
-
-    @model_validator(mode="after")
-    def _something_and_consistent(self) -> Impair:
-        if self.reorder_percent > 0 and self.reorder_delay_us <= 0:
-            raise ValueError("reorder_delay_us: must be > 0 when reorder_percent is set")
-        if not any(
-            (self.gilbert_elliott, self.jitter_us, self.reorder_percent, self.corrupt_percent,
-             self.duplicate_percent)
-        ):  # fmt: skip
-            raise ValueError(
-                "impair: names no impairment (gilbert_elliott, jitter_us, reorder_percent, "
-                "corrupt_percent or duplicate_percent)"
-            )
-        return self
-
-    @property
-    def is_failure(self) -> bool:
-        ge = self.gilbert_elliott
-        lossy = ge is not None and (ge.loss_good > 0 or (ge.p > 0 and ge.loss_bad > 0))
-        return lossy or self.corrupt_percent > 0
-
-    def impairments(self) -> dict[str, Any]:
-        """The switch's `impair` request without its seed (the planner adds it)."""
-        return self.model_dump(include=set(IMPAIR_KEYS), exclude_none=True)
-
-    def plan_kwargs(self) -> dict[str, Any]:
-        kwargs = super().plan_kwargs()
-        for key in IMPAIR_KEYS:
-            kwargs.pop(key, None)
-        kwargs["impair"] = self.impairments()
-        return kwargs
-
-    def describe(self) -> str:
-        parts = []
-        if self.gilbert_elliott is not None:
-            g = self.gilbert_elliott
-            parts.append(f"GE p={g.p:g}% r={g.r:g}%")
-        if self.jitter_us:
-            parts.append(f"jitter {self.jitter_us:g}us")
-        if self.reorder_percent:
-            parts.append(f"reorder {self.reorder_percent:g}%")
-        if self.corrupt_percent:
-            parts.append(f"corrupt {self.corrupt_percent:g}%")
-        if self.duplicate_percent:
-            parts.append(f"dup {self.duplicate_percent:g}%")
-        return f"impair {', '.join(parts)} {self._where()}"
-
-
-class SwitchEvent(_EventBase):
-    node: NodeName
-
-    def describe(self) -> str:
-        return f"{self.action} {self.node}"  # type: ignore[attr-defined]
-
-
-class SwitchDown(SwitchEvent):
-    action: Literal["switch-down"]
-
-
-class SwitchUp(SwitchEvent):
-    action: Literal["switch-up"]
-
-
-class PlaneEvent(_EventBase):
-    plane: int = Field(ge=1)
-
-    def describe(self) -> str:
-        return f"{self.action} {self.plane}"  # type: ignore[attr-defined]
-
-
-class PlaneDown(PlaneEvent):
-    """Every switch of one plane goes down: hosts keep their NICs on the other planes."""
-
-    action: Literal["plane-down"]
-
-
-class PlaneUp(PlaneEvent):
-    action: Literal["plane-up"]
-
-
-Event = Annotated[
-    LinkDown
-    | LinkUp
-    | Blackhole
-    | Loss
-    | Degrade
-    | Flap
-    | Heal
-    | Impair
-    | SwitchDown
-    | SwitchUp
-    | PlaneDown
-    | PlaneUp,
-    Field(discriminator="action"),
-]
-LINK_EVENTS = (LinkDown, LinkUp, Blackhole, Loss, Degrade, Flap, Heal, Impair)
-
-
-def _by_tag(models: Iterable[type[BaseModel]], tag: str) -> dict[str, type[BaseModel]]:
-    return {get_args(m.model_fields[tag].annotation)[0]: m for m in models}
-
-
-EVENT_MODELS = _by_tag((*LINK_EVENTS, SwitchDown, SwitchUp, PlaneDown, PlaneUp), "action")
-WORKLOAD_MODELS_BY_KIND = _by_tag(WORKLOAD_MODELS, "kind")
-ACTIONS: tuple[str, ...] = tuple(EVENT_MODELS)
+WORKLOAD_MODELS_BY_KIND = models_by_tag(WORKLOAD_MODELS, "kind")
 WORKLOAD_KINDS: tuple[str, ...] = tuple(WORKLOAD_MODELS_BY_KIND)
 
 
@@ -435,124 +214,6 @@ class Expect(StrictModel):
     min_goodput_fraction: float | None = Field(default=None, gt=0, le=1)
     max_failover_ms: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     max_p100_over_p50: float | None = Field(default=None, ge=1, allow_inf_nan=False)
-
-
-ENDPOINT_TRANSPORT_NAMES: tuple[str, ...] = ("mrc", "single-path", "spray-no-failover", "roce")
-
-
-class CcSpec(StrictModel):
-    """NSCC's parameters (endpoint.nscc; UET 1.0 Table 3-82 defaults), named as MRC's controller
-    API names them; times in virtual µs. Omitted ones keep the defaults (docs/transport.md)."""
-
-    base_rtt_us: float | None = Field(default=None, gt=0, le=1e7, allow_inf_nan=False)
-    target_delay_us: float | None = Field(default=None, gt=0, le=1e7, allow_inf_nan=False)
-    target_rtts: float | None = Field(default=None, gt=0, le=100, allow_inf_nan=False)
-    max_window: float | None = Field(default=None, gt=0, le=1000, allow_inf_nan=False)
-    gamma: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
-    max_md_jump: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False)
-    fi: float | None = Field(default=None, ge=0, le=1e6, allow_inf_nan=False)
-    fi_scale: float | None = Field(default=None, ge=0, le=1e6, allow_inf_nan=False)
-    eta: float | None = Field(default=None, ge=0, le=1e6, allow_inf_nan=False)
-    alpha: float | None = Field(default=None, ge=0, le=1e6, allow_inf_nan=False)
-    qa_gate: int | None = Field(default=None, ge=0, le=31)
-    qa_threshold: float | None = Field(default=None, ge=0, le=1e6, allow_inf_nan=False)
-    disable_qa: bool | None = None
-    adjust_bytes_threshold: int | None = Field(default=None, ge=1, le=1_000_000)
-    adjust_period_threshold: float | None = Field(default=None, gt=0, le=1e6, allow_inf_nan=False)
-
-    def transport_config(self) -> dict[str, Any]:
-        """These as endpoint.config.TransportConfig fields (seconds where it counts seconds)."""
-        out: dict[str, Any] = {}
-        for key, value in self.model_dump(exclude_none=True).items():
-            if key == "base_rtt_us":
-                out["base_rtt"] = value * 1e-6
-            elif key == "target_delay_us":
-                out["target_qdelay"] = value * 1e-6
-            else:
-                out[key] = value
-        return out
-
-
-MRC_QP_KEYS = ("ack_timeout", "retry_linear_cnt", "retry_exp_cnt")
-"""TransportSpec's keys for MRC's QP attributes (endpoint.config.TransportConfig)."""
-
-
-class TransportSpec(StrictModel):
-    """One configuration of an endpoint transport, run and reported under its own label:
-    `{name: mrc, label: mrc-16ev, evs: 16}`. A bare name means its defaults."""
-
-    name: Literal[ENDPOINT_TRANSPORT_NAMES]  # type: ignore[valid-type]
-    label: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=32)
-    evs: int | None = Field(default=None, ge=1, le=256)
-    ev_profile: Literal["auto", "explicit", "generated"] | None = None
-    # ev_profile explicit: the EVs (UDP source ports) themselves, as MRC's EXPLICIT profile.
-    explicit_evs: list[Annotated[int, Field(ge=1, le=65535)]] | None = Field(
-        default=None, min_length=1, max_length=256
-    )
-    # How packets spread over the EVs (endpoint.config.LB_POLICIES): wrr, oblivious, reps.
-    lb: Literal["wrr", "oblivious", "reps"] | None = None
-    # Does an ECN echo lower its EV's weight, not only a trim? Unset: yes, unless the EVs are
-    # generated (endpoint.config.TransportConfig.ev_weight_on_ecn says why).
-    ev_weight_on_ecn: bool | None = None
-    # roce: the RC local ACK timeout exponent (4.096 µs x 2^t) and retry count.
-    rc_timeout: int | None = Field(default=None, ge=0, le=31)
-    rc_retry_cnt: int | None = Field(default=None, ge=0, le=7)
-    # mrc, spray-no-failover: MRC's QP attributes (mrc_qp_attr): the local ACK timeout
-    # exponent (1.024 µs x 2^t of virtual time) and the linear / exponential retry limits
-    # (exp 25: for ever). Unset: the RTO from measured round trips, retries for ever.
-    ack_timeout: int | None = Field(default=None, ge=0, le=24)
-    retry_linear_cnt: int | None = Field(default=None, ge=0, le=7)
-    retry_exp_cnt: int | None = Field(default=None, ge=0, le=25)
-    cc: CcSpec | None = None
-
-    @model_validator(mode="after")
-    def _explicit_needs_its_list(self) -> TransportSpec:
-        if (self.ev_profile == "explicit") != (self.explicit_evs is not None):
-            raise ValueError("explicit_evs: given exactly when ev_profile is explicit")
-        if self.explicit_evs is not None and len(set(self.explicit_evs)) != len(self.explicit_evs):
-            raise ValueError("explicit_evs: each EV once")
-        for key in ("rc_timeout", "rc_retry_cnt"):
-            if getattr(self, key) is not None and self.name != "roce":
-                raise ValueError(f"{key}: only for name roce (the RC timeout of RoCE NICs)")
-        for key in MRC_QP_KEYS:
-            if getattr(self, key) is not None and self.name not in ("mrc", "spray-no-failover"):
-                raise ValueError(
-                    f"{key}: only for name mrc or spray-no-failover (MRC's QP attributes; "
-                    "roce has rc_timeout and rc_retry_cnt)"
-                )
-        return self
-
-    @property
-    def key(self) -> str:
-        """What runs, results and reports call it: the label, else the name."""
-        return self.label or self.name
-
-    def transport_config(self) -> dict[str, Any]:
-        """TransportConfig overrides of the endpoints' jobs."""
-        out: dict[str, Any] = {}
-        if self.ev_profile is not None:
-            out["ev_profile"] = self.ev_profile
-        if self.explicit_evs is not None:
-            out["explicit_evs"] = list(self.explicit_evs)
-        if self.lb is not None:
-            out["lb"] = self.lb
-        if self.ev_weight_on_ecn is not None:
-            out["ev_weight_on_ecn"] = self.ev_weight_on_ecn
-        for key in ("rc_timeout", "rc_retry_cnt", *MRC_QP_KEYS):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
-        if self.cc is not None:
-            out.update(self.cc.transport_config())
-        return out
-
-
-TransportEntry = Annotated[
-    Annotated[Literal[TRANSPORTS], Tag("bare")]  # type: ignore[valid-type]
-    | Annotated[TransportSpec, Tag("spec")],
-    Discriminator(lambda v: "bare" if isinstance(v, str) else "spec"),
-]
-"""A transport by name, or one configuration of it (a mapping): never tried as both, so a
-mistake is reported once, against what was written."""
 
 
 class Scenario(StrictModel):

@@ -4,7 +4,7 @@ A soak must be hit by failures nobody hand-placed, and the same seed must give t
 This is the soak's own small generator: failures arrive as a Poisson process (exponential
 gaps of mean `mtbf_s`), each lasts an exponential time of mean `mttr_s`, and each is one of
 link-down, blackhole, switch-down or plane-down on a target drawn uniformly. Its output is a
-plain list of the scenario format's events (`testbed.scenario.schema`), so the generator the
+plain list of the scenario format's events (`testbed.scenario.events`), so the generator the
 scenario format is getting (MTBF/MTTR per link, issue 20 item 8) can replace it by producing
 the same list; nothing downstream knows where the events came from.
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from pydantic import TypeAdapter
 
-from testbed.scenario.schema import Event
+from testbed.scenario.events import Event
 from topologies import Fabric
 
 _EVENT = TypeAdapter(Event)

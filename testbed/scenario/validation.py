@@ -30,7 +30,6 @@ from testbed.scenario.schema import (
     ACTIONS,
     ENDPOINT_TRANSPORT_NAMES,
     EVENT_MODELS,
-    KERNEL_TRANSPORTS,
     TRANSPORTS,
     WORKLOAD_KINDS,
     WORKLOAD_MODELS_BY_KIND,
@@ -49,6 +48,7 @@ from testbed.scenario.schema import (
     TopologySpec,
     TransportSpec,
 )
+from testbed.scenario.transports import KERNEL_TRANSPORTS
 from topologies import Fabric, TopologyError
 
 
