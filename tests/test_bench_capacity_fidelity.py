@@ -8,7 +8,10 @@ import pytest
 from contracts.framing import mrc_payload
 from endpoint.config import TransportConfig
 from testbed.bench import capacity_bench as cap
-from testbed.bench import fidelity_bench as fid
+from testbed.bench import fidelity_figures as fid_fig
+from testbed.bench import fidelity_scenarios as fid_scen
+from testbed.bench import fidelity_table as fid_table
+from testbed.bench.endpoint_bench import BenchError
 from testbed.experiment.api import load
 
 # ----- capacity: the search ---------------------------------------------------------------------
@@ -186,10 +189,10 @@ def test_capacity_table_marks_invalid_runs_and_an_unbracketed_n():
 
 def test_utilisation_and_figures():
     flows = [{"goodput_mbps": 8000.0}, {"goodput_mbps": 9000.0}, {"goodput_mbps": None}]
-    assert fid.flow_utilisation_pct(flows, 10000) == [80.0, 90.0, 0.0]
-    fig = fid.permutation_figures([[80.0, 90.0], [70.0, 100.0]])
+    assert fid_fig.flow_utilisation_pct(flows, 10000) == [80.0, 90.0, 0.0]
+    fig = fid_fig.permutation_figures([[80.0, 90.0], [70.0, 100.0]])
     assert fig == {"mean": 85.0, "min": 70.0}
-    assert fid.permutation_figures([]) == {"mean": None, "min": None}
+    assert fid_fig.permutation_figures([]) == {"mean": None, "min": None}
 
 
 def test_steady_utilisation_is_the_stretch_in_which_every_flow_ran(tmp_path):
@@ -207,28 +210,28 @@ def test_steady_utilisation_is_the_stretch_in_which_every_flow_ran(tmp_path):
         rows.append(f"{k * dt},x,h2->h6,h2,h6,{b[k]}")
         rows.append(f"{k * dt},other,h1->h5,h1,h5,1.0")  # another transport's: not read
     csv_path.write_text("\n".join(rows) + "\n")
-    series = fid.read_flow_series(csv_path, "x")
+    series = fid_fig.read_flow_series(csv_path, "x")
     assert sorted(series) == ["h1->h5", "h2->h6"] and len(series["h1->h5"]) == 10
     flows = [
         {"src": "h1", "dst": "h5", "start_s": 0.0, "end_s": 5 * dt, "goodput_mbps": 5000.0},
         {"src": "h2", "dst": "h6", "start_s": 1e-6, "end_s": 10 * dt, "goodput_mbps": 7500.0},
     ]
-    util, window = fid.steady_utilisation_pct(series, flows, 10_000.0)
+    util, window = fid_fig.steady_utilisation_pct(series, flows, 10_000.0)
     assert window == pytest.approx((dt + 1e-6, 5 * dt))  # start-up bin left out
     assert util == pytest.approx([50.0, 50.0])
-    assert fid.flow_utilisation_pct(flows, 10_000.0) == [50.0, 75.0]  # per completion time
+    assert fid_fig.flow_utilisation_pct(flows, 10_000.0) == [50.0, 75.0]  # per completion time
     # A flow that never posted: no stretch in which every flow ran.
     silent = [*flows, {"src": "h3", "dst": "h7", "start_s": None, "end_s": None}]
-    assert fid.steady_utilisation_pct(series, silent, 10_000.0) is None
+    assert fid_fig.steady_utilisation_pct(series, silent, 10_000.0) is None
     # Nothing finished: the stretch runs to the end of the series.
     running = [dict(f, end_s=None) for f in flows]
-    util, window = fid.steady_utilisation_pct(series, running, 10_000.0)
+    util, window = fid_fig.steady_utilisation_pct(series, running, 10_000.0)
     assert window[1] == pytest.approx(10 * dt) and util[1] == pytest.approx(81.25)  # bins 2-9
 
 
 def test_diff_points():
-    assert fid.diff_points(85.04, 87.7) == -2.7
-    assert fid.diff_points(None, 87.7) is None
+    assert fid_fig.diff_points(85.04, 87.7) == -2.7
+    assert fid_fig.diff_points(None, 87.7) is None
 
 
 def test_incast_figures():
@@ -237,30 +240,30 @@ def test_incast_figures():
         "retransmits": {"rto": 2, "nack": 30},
         "trims": 40,
     }
-    fig = fid.incast_figures(entry, senders=2, nbytes=1_000_000, link_mbps=10_000)
+    fig = fid_fig.incast_figures(entry, senders=2, nbytes=1_000_000, link_mbps=10_000)
     assert fig["ideal_us"] == 1600.0 and fig["last_us"] == 7000.0
     assert fig["ideal_over_last_pct"] == round(100 * 1600 / 7000, 1)
     assert fig["rto"] == 2 and fig["retransmits_total"] == 32 and fig["all_done"]
-    unfinished = fid.incast_figures({"flows": [{"fct_ms": None}]}, 2, 1_000_000, 10_000)
+    unfinished = fid_fig.incast_figures({"flows": [{"fct_ms": None}]}, 2, 1_000_000, 10_000)
     assert not unfinished["all_done"] and unfinished["last_us"] is None
 
 
 def test_incast_senders_are_off_the_receivers_leaf():
-    assert fid.incast_senders(fid.FABRIC) == [f"h{i}" for i in range(5, 13)]
-    with pytest.raises(fid.BenchError):
-        fid.incast_senders({"leaves": 2, "hosts_per_leaf": 2})
+    assert fid_scen.incast_senders(fid_scen.FABRIC) == [f"h{i}" for i in range(5, 13)]
+    with pytest.raises(BenchError):
+        fid_scen.incast_senders({"leaves": 2, "hosts_per_leaf": 2})
 
 
 def test_fidelity_scenarios_validate():
-    sc = load(fid.permutation_scenario(2, 1_000_000))
+    sc = load(fid_scen.permutation_scenario(2, 1_000_000))
     assert sc.seed == 2 and sc.workload.kind == "permutation" and len(sc.hosts()) == 16
     assert sc.topology.forwarding == "source-routed" and sc.transports == ["mrc"]
-    for row in fid.PERMUTATION_ROWS:
-        sc = load(fid.permutation_scenario(1, 1_000_000, row=row))
-        assert sc.transports == [fid.row_key(row)] and row in fid.HTSIM
-    sc = load(fid.permutation_scenario(1, 1_000_000, row="mrc-16ev"))
+    for row in fid_scen.PERMUTATION_ROWS:
+        sc = load(fid_scen.permutation_scenario(1, 1_000_000, row=row))
+        assert sc.transports == [fid_scen.row_key(row)] and row in fid_scen.HTSIM
+    sc = load(fid_scen.permutation_scenario(1, 1_000_000, row="mrc-16ev"))
     assert sc.topology.forwarding == "ecmp" and sc.transport_spec("mrc-16ev").evs == 16
-    assert load(fid.permutation_scenario(1, 1_000_000, row="mrc-9000")).topology.mtu == 9000
+    assert load(fid_scen.permutation_scenario(1, 1_000_000, row="mrc-9000")).topology.mtu == 9000
 
 
 def test_the_permutation_ceiling_counts_the_acks_on_the_same_link():
@@ -268,24 +271,26 @@ def test_the_permutation_ceiling_counts_the_acks_on_the_same_link():
     # of UDP payload since the ACK carries `coalesced` and `ack_delay`, docs/wire-format.md).
     # An ACK per packet: 1420 B of payload in a 1514 B frame plus a 90 B ACK frame; coalesced
     # (the default, 4 in-order packets per ACK), a quarter of one.
-    assert fid.permutation_ceiling_pct(1500, 1) == pytest.approx(100 * 1420 / (1514 + 90), abs=0.05)
-    assert fid.permutation_ceiling_pct(1500, 4) == pytest.approx(
+    assert fid_fig.permutation_ceiling_pct(1500, 1) == pytest.approx(
+        100 * 1420 / (1514 + 90), abs=0.05
+    )
+    assert fid_fig.permutation_ceiling_pct(1500, 4) == pytest.approx(
         100 * 1420 / (1514 + 90 / 4), abs=0.05
     )
-    assert fid.permutation_ceiling_pct(1500) == fid.permutation_ceiling_pct(
+    assert fid_fig.permutation_ceiling_pct(1500) == fid_fig.permutation_ceiling_pct(
         1500, TransportConfig().ack_every
     )
-    assert 97.5 < fid.permutation_ceiling_pct(9000, 1) < 98.5
-    for n in (fid.INCAST_SENDERS, fid.QUICK_INCAST_SENDERS):
-        sc = load(fid.incast_scenario(n=n))
+    assert 97.5 < fid_fig.permutation_ceiling_pct(9000, 1) < 98.5
+    for n in (fid_scen.INCAST_SENDERS, fid_scen.QUICK_INCAST_SENDERS):
+        sc = load(fid_scen.incast_scenario(n=n))
         assert len(sc.workload.srcs) == n and sc.topology.trimming
-        assert f"incast-{n}" in fid.HTSIM
+        assert f"incast-{n}" in fid_scen.HTSIM
 
 
 def test_validity_cell():
-    assert fid.validity_cell([{"valid": True}, {"valid": True}]) == "valid"
-    assert fid.validity_cell([{"valid": True}, {"valid": False}]) == "INVALID (1/2)"
-    assert fid.validity_cell([]) == "INVALID (0/0)"
+    assert fid_fig.validity_cell([{"valid": True}, {"valid": True}]) == "valid"
+    assert fid_fig.validity_cell([{"valid": True}, {"valid": False}]) == "INVALID (1/2)"
+    assert fid_fig.validity_cell([]) == "INVALID (0/0)"
 
 
 def _run(valid: bool = True) -> dict:
@@ -295,13 +300,13 @@ def _run(valid: bool = True) -> dict:
 
 def test_fidelity_table():
     d = {
-        "fabric": {**fid.FABRIC, **fid.LINKS},
+        "fabric": {**fid_scen.FABRIC, **fid_scen.LINKS},
         "seeds": [1],
         "permutation_bytes": 1_000_000,
         "permutation": [
             {
                 "row": "mrc",
-                "htsim": fid.HTSIM["mrc"],
+                "htsim": fid_scen.HTSIM["mrc"],
                 "measured": {"mean": 86.0, "min": 80.0},
                 "per_fct": {"mean": 85.1, "min": 79.3},
                 "diff_points": {"mean": -1.7, "min": -7.0},
@@ -311,7 +316,7 @@ def test_fidelity_table():
             },
             {
                 "row": "single-path",
-                "htsim": fid.HTSIM["single-path"],
+                "htsim": fid_scen.HTSIM["single-path"],
                 "measured": {"mean": 50.0, "min": 20.0},
                 "diff_points": {"mean": -3.5, "min": 8.5},
                 "ceiling_pct": 88.8,
@@ -322,7 +327,7 @@ def test_fidelity_table():
         "incast": {
             "senders": 4,
             "bytes_each": 1_000_000,
-            "htsim": fid.HTSIM["incast-4"],
+            "htsim": fid_scen.HTSIM["incast-4"],
             "measured": {
                 "last_us": 3500.0,
                 "ideal_us": 3200.0,
@@ -338,7 +343,7 @@ def test_fidelity_table():
         "results_dir": "/tmp/x",
         "meta": {"quick": True, "seconds": 100.0},
     }
-    text = fid.format_fidelity_table(d)
+    text = fid_table.format_fidelity_table(d)
     assert "88.8" in text and "source-routed" in text
     assert "-1.7 / -7.0" in text and "87.7 / 87.0" in text and "85.1 / 79.3" in text
     assert "INVALID single-path at N=10000: CPU saturated (97%)" in text
@@ -352,7 +357,7 @@ def test_slow_link_figures_split_the_flows_of_the_slow_links_leaf_from_the_other
         {"src": "h5", "dst": "h9", "goodput_mbps": 8800.0},
         {"src": "h6", "dst": "h13", "goodput_mbps": 8600.0},
     ]
-    fig = fid.slow_link_figures(flows, {"h1", "h2", "h3", "h4"}, 10_000.0)
+    fig = fid_fig.slow_link_figures(flows, {"h1", "h2", "h3", "h4"}, 10_000.0)
     assert fig == {
         "affected_flows": 2,
         "affected_mean": 65.0,
@@ -365,37 +370,42 @@ def test_slow_link_figures_split_the_flows_of_the_slow_links_leaf_from_the_other
 def test_slow_link_scenario_degrades_one_link_from_the_start_for_each_policy():
     from testbed.scenario import validate
 
-    for row, spec in fid.SLOW_LINK_ROWS.items():
-        sc = validate(fid.slow_link_scenario(1, 1_000_000, row))
+    for row, spec in fid_scen.SLOW_LINK_ROWS.items():
+        sc = validate(fid_scen.slow_link_scenario(1, 1_000_000, row))
         assert sc.topology.forwarding == "source-routed"
         assert sc.transports == [row] and sc.transport_spec(row).lb == spec["lb"]
         (ev,) = sc.events
-        assert (ev.action, ev.at, tuple(ev.link), ev.mbps) == ("degrade", 0, fid.SLOW_LINK, 1000.0)
+        assert (ev.action, ev.at, tuple(ev.link), ev.mbps) == (
+            "degrade",
+            0,
+            fid_scen.SLOW_LINK,
+            1000.0,
+        )
         late = row == "mrc-reps-late-ecn"
-        assert sc.topology.ecn_kb == (fid.LATE_ECN_KB if late else None), row
+        assert sc.topology.ecn_kb == (fid_scen.LATE_ECN_KB if late else None), row
 
 
 def test_the_late_ecn_row_marks_one_full_frame_below_the_queue():
     from contracts.framing import DEFAULT_MTU, max_frame_bytes
 
-    assert fid.LATE_ECN_KB == pytest.approx(
-        fid.LINKS["queue_kb"] - max_frame_bytes(DEFAULT_MTU) / 1000
+    assert fid_scen.LATE_ECN_KB == pytest.approx(
+        fid_scen.LINKS["queue_kb"] - max_frame_bytes(DEFAULT_MTU) / 1000
     )
-    assert fid.LATE_ECN_KB < fid.LINKS["queue_kb"]
-    assert set(fid.SLOW_LINK_TOPOLOGY) <= set(fid.SLOW_LINK_ROWS)
+    assert fid_scen.LATE_ECN_KB < fid_scen.LINKS["queue_kb"]
+    assert set(fid_scen.SLOW_LINK_TOPOLOGY) <= set(fid_scen.SLOW_LINK_ROWS)
 
 
 def test_fidelity_table_with_only_the_slow_link_section():
     d = {
-        "fabric": {**fid.FABRIC, **fid.LINKS},
+        "fabric": {**fid_scen.FABRIC, **fid_scen.LINKS},
         "seeds": [1],
         "permutation_bytes": 2_000_000,
         "permutation": [],
         "slow_link": {
-            "link": list(fid.SLOW_LINK),
+            "link": list(fid_scen.SLOW_LINK),
             "link_mbps": 1000.0,
             "seed": 1,
-            "htsim": fid.HTSIM["slow-link"],
+            "htsim": fid_scen.HTSIM["slow-link"],
             "rows": [
                 {
                     "row": "mrc-reps-late-ecn",
@@ -416,7 +426,7 @@ def test_fidelity_table_with_only_the_slow_link_section():
         "results_dir": "/tmp/x",
         "meta": {"quick": False, "seconds": 30.0},
     }
-    text = fid.format_fidelity_table(d)
+    text = fid_table.format_fidelity_table(d)
     assert "slow link: leaf1-spine1 at 1 Gbps (10 %)" in text
     assert "mrc-reps-late-ecn" in text and "67.1 / 61.0" in text and "58.2" in text
     assert "10.486" in text

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.bench.fidelity_bench import PERMUTATION_ROWS, format_fidelity_table
+from testbed.bench.fidelity_scenarios import PERMUTATION_ROWS
+from testbed.bench.fidelity_table import format_fidelity_table
 from tests.conftest import tb, verdict_implied
 
 pytestmark = pytest.mark.netns

@@ -19,6 +19,7 @@ from testbed.bench import (
     fabric_bench,
     failover_bench,
     fidelity_bench,
+    fidelity_table,
     hop_bench,
     switch_bench,
 )
@@ -492,7 +493,7 @@ FABRIC_BENCHES = {
 # The benches that run scenarios through the runner: they take --time-dilation and --out.
 SCENARIO_BENCHES = {
     "capacity": (capacity_bench.run_capacity_bench, capacity_bench.format_capacity_table),
-    "fidelity": (fidelity_bench.run_fidelity_bench, fidelity_bench.format_fidelity_table),
+    "fidelity": (fidelity_bench.run_fidelity_bench, fidelity_table.format_fidelity_table),
 }
 
 
