@@ -179,12 +179,31 @@ class AllreduceJob(AllreduceWorkload, _Messages):
     steps: int = Field(1, ge=1, le=MAX_STEPS)
 
 
-JOB_MODELS = (BulkJob, PermutationJob, IncastJob, AlltoallJob, FlowsJob, AllreduceJob)
+class TraceJob(StrictModel):
+    """One iteration's graph (`contracts.trace.graph_to_dict`), run `iterations` times by the
+    hosts `ranks` (rank i is ranks[i]); the runner reads and checks the trace file and sends
+    the graph itself, so every endpoint runs what was validated."""
+
+    kind: Literal["trace"]
+    ranks: Annotated[list[HostName], Field(min_length=1)]
+    iterations: int = Field(1, ge=1, le=MAX_STEPS)
+    graph: dict
+
+
+JOB_MODELS = (BulkJob, PermutationJob, IncastJob, AlltoallJob, FlowsJob, AllreduceJob, TraceJob)
 JobWorkload = Annotated[
-    BulkJob | PermutationJob | IncastJob | AlltoallJob | FlowsJob | AllreduceJob,
+    BulkJob | PermutationJob | IncastJob | AlltoallJob | FlowsJob | AllreduceJob | TraceJob,
     Field(discriminator="kind"),
 ]
-JOB_KINDS: tuple[str, ...] = ("bulk", "permutation", "incast", "alltoall", "flows", "allreduce")
+JOB_KINDS: tuple[str, ...] = (
+    "bulk",
+    "permutation",
+    "incast",
+    "alltoall",
+    "flows",
+    "allreduce",
+    "trace",
+)
 _JOB = TypeAdapter(JobWorkload)
 
 
@@ -256,6 +275,8 @@ def check_hosts(workload: StrictModel, hosts: Sequence[str], path: str = "worklo
     elif isinstance(w, FlowsJob):
         for i, (src, dst, _) in enumerate(w.flows):
             _check_pair(f"{path}.flows[{i}]", src, dst, host)
+    elif isinstance(w, TraceJob):
+        _check_host_list(f"{path}.ranks", w.ranks, host, minimum=1)
 
 
 def _check_host_list(where: str, names: list[str], host, minimum: int) -> None:
@@ -307,6 +328,8 @@ def workload_hosts(workload: StrictModel, hosts: Sequence[str]) -> list[str]:
         return [h for h in hosts if h in srcs or h == w.dst]
     if isinstance(w, AllreduceWorkload):
         return ring(w, hosts)
+    if isinstance(w, TraceJob):
+        return list(w.ranks)
     return list(hosts)
 
 

@@ -33,15 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall")
-ALGORITHMS = {
-    "allreduce": ("ring", "tree"),
-    "allgather": ("ring",),
-    "reducescatter": ("ring",),
-    "alltoall": ("direct",),
-}
-"""What each collective can run as; the first is the default. `tree` is NCCL's double binary
-tree; `direct` is the all-to-all every rank posts to every other at once."""
+from contracts.trace import ALGORITHMS, COLLECTIVES
 
 REDUCE, COPY = "reduce", "copy"
 

@@ -11,8 +11,13 @@ import struct
 
 HEADER = struct.Struct("!2sBBIII")  # magic, kind, version, job, step, index
 MAGIC = b"MW"
-K_FLOW, K_RING_DATA, K_RING_GO, K_RING_DONE = 1, 2, 3, 4
+K_FLOW, K_RING_DATA, K_RING_GO, K_RING_DONE, K_TRACE = 1, 2, 3, 4, 5
 DONE_EXTRA = struct.Struct("!Q")  # DONE carries the latest finish time seen (ns)
+# A trace message (endpoint.trace_role): step = the iteration, index = the collective instance
+# (or the send's tag), then whether it is point to point, the schedule lane and the sequence
+# number of the sender's messages to this receiver in that lane.
+TRACE_EXTRA = struct.Struct("!BHI")
+TRACE_HEAD = HEADER.size + TRACE_EXTRA.size
 
 _BASE = bytes(range(256))
 _patterns: dict[int, tuple[bytes, bytes]] = {}  # size -> (pattern, its tail after the header)
@@ -59,6 +64,12 @@ def parse_message(data: bytes, job: int) -> tuple[int, int, int, bytes] | None:
         if n < HEADER.size + DONE_EXTRA.size:
             return None
         extra = bytes(data[HEADER.size : HEADER.size + DONE_EXTRA.size])
+    elif kind == K_TRACE:
+        if n < TRACE_HEAD:
+            return None
+        extra = bytes(data[HEADER.size : TRACE_HEAD])
+        if n > TRACE_HEAD and memoryview(data)[TRACE_HEAD:] != memoryview(_pattern(n))[TRACE_HEAD:]:
+            return None
     elif n > HEADER.size:
         # The pattern's tail compared in place (memcmp), against a cached copy: no temporaries.
         if not isinstance(data, bytes):

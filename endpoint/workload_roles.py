@@ -65,6 +65,12 @@ class Role:
     def drain(self, now: float) -> None:
         """Post nothing new from now on; what is in flight completes (a soak's end)."""
 
+    def poll(self, now: float) -> None:
+        """Act on timers due at `now` (roles that wait in virtual time: a trace's compute)."""
+
+    def next_deadline(self) -> float | None:
+        return None
+
     def summary(self) -> dict:
         return {}
 

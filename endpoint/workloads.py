@@ -31,9 +31,11 @@ from collections.abc import Callable
 
 from contracts.sizes import SizeError
 from contracts.sizes import parse_size as parse_bytes
+from contracts.trace import TraceError, graph_from_dict
 from contracts.workloads import (
     AllreduceWorkload,
     Flow,
+    TraceJob,
     WorkloadSpecError,
     parse_job,
     ring,
@@ -43,6 +45,7 @@ from endpoint.config import TransportConfig
 from endpoint.ledger import Ledger
 from endpoint.receiver import Delivery
 from endpoint.stats import MessageCompletion
+from endpoint.trace_role import TraceRole
 from endpoint.transport import Connection, Endpoint
 from endpoint.workload_roles import AllreduceRole, FlowRole, IdleRole, Role
 
@@ -132,6 +135,20 @@ class Job:
                 if host in ranks
                 else IdleRole()
             )
+        elif isinstance(workload, TraceJob):
+            try:
+                graph = graph_from_dict(workload.graph)
+            except TraceError as exc:
+                raise WorkloadError(f"workload.graph: {exc}") from None
+            if graph.ranks != len(workload.ranks):
+                raise WorkloadError(
+                    f"workload.ranks: {len(workload.ranks)} hosts for a graph of {graph.ranks} ranks"
+                )
+            self.role = (
+                TraceRole(self, graph, workload.ranks, host, workload.iterations)
+                if host in workload.ranks
+                else IdleRole()
+            )
         else:
             flows = _flows_of(workload, hosts)
             self.role = FlowRole(
@@ -185,6 +202,16 @@ class Job:
         self.go_at = now
         self.role.start(now)
         self._maybe_done(now)
+
+    def poll(self, now: float) -> None:
+        """The role's timers due at `now` (a trace's compute nodes); the process calls it every
+        turn, before it asks for `next_deadline`."""
+        self.role.poll(now)
+        self._maybe_done(now)
+
+    def next_deadline(self) -> float | None:
+        """When the role's next timer is due (None: it has none)."""
+        return self.role.next_deadline()
 
     def drain(self, now: float) -> None:
         """Stop posting new work; what was posted still completes (`testbed soak`'s end)."""

@@ -1,0 +1,189 @@
+"""Trace workloads: the ASTRA-sim text format read into the per-rank graph, and the graph's
+checks, each failing with one line that names the file, the rank or line, the node and the field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from contracts.trace import COLLECTIVE, COMPUTE, RECV, SEND, Node, TraceError, TraceGraph, validate
+from testbed.scenario.astra_text import read_astra_text
+
+TRACES = Path(__file__).resolve().parent.parent / "scenarios" / "traces"
+ROW = "L{i} -1 1000 {f} {fs} 2000 {g} {gs} 3000 {w} {ws} 50"
+
+
+def _write(tmp_path: Path, header: str, rows: list[str], count: int | None = None) -> Path:
+    p = tmp_path / "w.txt"
+    p.write_text("\n".join([header, str(len(rows) if count is None else count), *rows]) + "\n")
+    return p
+
+
+def _row(i=0, f="NONE", fs=0, g="NONE", gs=0, w="ALLREDUCE", ws=4096) -> str:
+    return ROW.format(i=i, f=f, fs=fs, g=g, gs=gs, w=w, ws=ws)
+
+
+@pytest.mark.parametrize("name", ["dp-transformer", "hybrid-tp-dp", "moe"])
+def test_the_shipped_examples_parse_on_sixteen_ranks(name):
+    g = read_astra_text(TRACES / f"{name}.txt", 16, "ns")
+    assert g.ranks == 16 and all(len(nodes) == len(g.nodes[0]) for nodes in g.nodes)
+    for comm, posts in g.collectives().items():
+        assert sorted(r for r, _ in posts) == sorted(g.groups[posts[0][1].group]), comm
+
+
+def test_a_data_parallel_iteration_overlaps_gradient_allreduces_with_the_backward_pass(tmp_path):
+    p = _write(tmp_path, "DATA", [_row(0), _row(1)])
+    g = read_astra_text(p, 4, "us")
+    nodes = {n.name: n for n in g.nodes[2]}
+    by_id = {n.id: n for n in g.nodes[2]}
+    # Forward: L0 then L1; backward from L1: ig, wg, then L0's ig waits for L1's wg compute
+    # only, not for L1's all-reduce, which runs beside it; each update waits for its collective.
+    assert [by_id[d].name for d in nodes["L1.fwd"].deps] == ["L0.fwd"]
+    assert [by_id[d].name for d in nodes["L1.ig"].deps] == ["L1.fwd"]
+    assert [by_id[d].name for d in nodes["L0.ig"].deps] == ["L1.wg"]
+    assert [by_id[d].name for d in nodes["L1.wg.allreduce"].deps] == ["L1.wg"]
+    assert [by_id[d].name for d in nodes["L1.update"].deps] == ["L1.wg.allreduce"]
+    assert nodes["L1.fwd"].duration_s == pytest.approx(1000e-6)
+    assert nodes["L1.update"].duration_s == pytest.approx(50e-6)
+    ar = nodes["L1.wg.allreduce"]
+    assert ar.kind == COLLECTIVE and ar.nbytes == 4096 and g.groups[ar.group] == (0, 1, 2, 3)
+
+
+def test_hybrid_groups_are_megatron_s_layout(tmp_path):
+    p = _write(
+        tmp_path,
+        "HYBRID_TRANSFORMER model_parallel_NPU_group: 4 all_gpus: 8",
+        [_row(0, f="ALLREDUCE", fs=64, g="ALLGATHER", gs=128)],
+    )
+    g = read_astra_text(p, 8, "cycles", cycle_ghz=2.0, algorithms={"allreduce": "tree"})
+    r5 = {n.name: n for n in g.nodes[5]}
+    assert g.groups[r5["L0.fwd.allreduce"].group] == (4, 5, 6, 7)  # tensor parallel: consecutive
+    assert g.groups[r5["L0.wg.allreduce"].group] == (1, 5)  # data parallel: same TP position
+    assert r5["L0.fwd.allreduce"].algorithm == "tree" and r5["L0.ig.allgather"].algorithm == ""
+    assert r5["L0.fwd"].duration_s == pytest.approx(1000 / 2e9)  # cycles at 2 GHz
+
+
+def test_expert_groups(tmp_path):
+    p = _write(
+        tmp_path,
+        "HYBRID_TRANSFORMER model_parallel_NPU_group: 2 ep: 2",
+        [_row(0, f="ALLTOALL_EP", fs=64, w="ALLREDUCE_DP_EP", ws=32)],
+    )
+    g = read_astra_text(p, 8, "ns")
+    r3 = {n.name: n for n in g.nodes[3]}  # tp position 1, data-parallel index 1
+    assert g.groups[r3["L0.fwd.alltoall"].group] == (1, 3)
+    assert g.groups[r3["L0.wg.allreduce"].group] == (3, 7)
+
+
+@pytest.mark.parametrize(
+    ("header", "rows", "count", "ranks", "message"),
+    [
+        ("PIPELINE", [_row()], None, 4, "line 1: policy: one of DATA, MODEL, HYBRID_TRANSFORMER"),
+        ("DATA", [_row(), _row(1)], 3, 4, "line 2: 3 layers declared, 2 found"),
+        ("DATA", ["L0 -1 1000 NONE 0 2000"], None, 4, "line 3 (L0): expected 12 fields, got 6"),
+        ("DATA", [_row(w="BROADCAST")], None, 4, "line 3 (L0): wg type: one of NONE, ALLREDUCE"),
+        ("DATA", [_row(f="ALLREDUCE", fs=8)], None, 4, "line 3 (L0): fwd type: DATA runs only"),
+        ("DATA", [_row().replace("1000", "1e3")], None, 4, "line 3 (L0): fwd compute: expected"),
+        ("DATA all_gpus: 16", [_row()], None, 8, "line 1: all_gpus: 16 in the file, the workload"),
+        ("HYBRID_TRANSFORMER model_parallel_NPU_group: 3", [_row()], None, 8, "line 1: model_par"),
+        ("HYBRID_TRANSFORMER pp: 2", [_row()], None, 8, "line 1: pp: pipeline parallelism"),
+        ("DATA ep", [_row()], None, 8, "line 1: expected 'key: value' pairs, got 'ep'"),
+    ],
+)
+def test_malformed_files_fail_with_one_line_naming_line_and_field(
+    tmp_path, header, rows, count, ranks, message
+):
+    p = _write(tmp_path, header, rows, count)
+    with pytest.raises(TraceError) as err:
+        read_astra_text(p, ranks, "ns")
+    text = str(err.value)
+    assert text.startswith(f"{p}: {message}"), text
+    assert "\n" not in text
+
+
+def test_units_and_missing_files(tmp_path):
+    with pytest.raises(TraceError, match=r"^time_unit: one of ns, us, ms, cycles, got 's'$"):
+        read_astra_text(TRACES / "moe.txt", 16, "s")
+    with pytest.raises(TraceError, match=r"^cycle_ghz: a clock in GHz > 0 to read cycles"):
+        read_astra_text(TRACES / "moe.txt", 16, "cycles")
+    with pytest.raises(TraceError, match=r"nope.txt: cannot read: No such file"):
+        read_astra_text(tmp_path / "nope.txt", 16, "ns")
+
+
+# ----- the graph's own checks (any format) ------------------------------------------------------
+
+
+def _graph(*ranks: list[Node], groups=None) -> TraceGraph:
+    return TraceGraph(
+        "t.et", len(ranks), groups or {"g": tuple(range(len(ranks)))}, tuple(map(tuple, ranks))
+    )
+
+
+def _coll(i, comm="c1", deps=(), nbytes=64) -> Node:
+    return Node(
+        i, f"n{i}", COLLECTIVE, deps, collective="allreduce", group="g", comm=comm, nbytes=nbytes
+    )
+
+
+def test_a_valid_graph_passes():
+    a = [
+        Node(0, "c", COMPUTE, duration_s=1e-6),
+        _coll(1, deps=(0,)),
+        Node(2, "s", SEND, (1,), peer=1, nbytes=8, tag=7),
+    ]
+    b = [_coll(0), Node(1, "r", RECV, (0,), peer=0, nbytes=8, tag=7)]
+    assert validate(_graph(a, b)).ranks == 2
+
+
+@pytest.mark.parametrize(
+    ("ranks", "message"),
+    [
+        (
+            ([Node(0, "a", COMPUTE, (1,)), Node(1, "b", COMPUTE, (0,))], [Node(0, "x", COMPUTE)]),
+            "t.et: rank 0 node 0 (a): deps: a dependency cycle",
+        ),
+        (
+            ([Node(0, "a", COMPUTE, (5,))], [Node(0, "x", COMPUTE)]),
+            "t.et: rank 0 node 0 (a): deps: no node 5",
+        ),
+        (
+            ([_coll(0)], [Node(0, "x", COMPUTE)]),
+            "t.et: collective c1 (n0) on g: rank 1 never posts it",
+        ),
+        (
+            ([_coll(0)], [_coll(0, nbytes=32)]),
+            "t.et: rank 1 node 0 (n0): bytes: 32 where rank 0 has 64",
+        ),
+        (
+            ([Node(0, "s", SEND, peer=1, nbytes=8, tag=1)], [Node(0, "x", COMPUTE)]),
+            "t.et: rank 0 node 0 (s): peer: rank 1 never posts the receive of this send (tag 1)",
+        ),
+        (
+            ([Node(0, "x", COMPUTE)], [Node(0, "r", RECV, peer=0, nbytes=8, tag=2)]),
+            "t.et: rank 1 node 0 (r): peer: rank 0 never posts the send this receive waits for",
+        ),
+        (
+            ([Node(0, "s", SEND, peer=1, nbytes=8)], [Node(0, "r", RECV, peer=0, nbytes=9)]),
+            "t.et: rank 1 node 0 (r): bytes: 9 where the send from rank 0 has 8",
+        ),
+        (
+            ([replace(_coll(0), collective="bcast")], [_coll(0)]),
+            "t.et: rank 0 node 0 (n0): collective: one of",
+        ),
+        (
+            ([replace(_coll(0), group="h")], [_coll(0)]),
+            "t.et: rank 0 node 0 (n0): group: no group named 'h'",
+        ),
+        (
+            ([Node(0, "a", COMPUTE), Node(0, "b", COMPUTE)], [Node(0, "x", COMPUTE)]),
+            "t.et: rank 0 node 0 (b): id: used twice",
+        ),
+    ],
+)
+def test_graphs_that_would_deadlock_or_never_finish_are_refused(ranks, message):
+    with pytest.raises(TraceError) as err:
+        validate(_graph(*ranks))
+    assert str(err.value).startswith(message), str(err.value)

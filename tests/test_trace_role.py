@@ -1,0 +1,212 @@
+"""A trace workload's ranks on simulated endpoints (SimNet): iterations, collectives, overlap.
+
+These run the real transport, jobs and `TraceRole` over `endpoint.simnet`, with virtual time
+driven exactly (compute nodes end at their deadline), so the times below are the model's, not
+the machine's.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from contracts.trace import COLLECTIVE, COMPUTE, RECV, SEND, Node, TraceGraph, graph_to_dict
+from endpoint.collectives import schedule
+from endpoint.config import TransportConfig
+from endpoint.simnet import Bottleneck, PathSpec, SimNet
+from endpoint.transport import Endpoint
+from endpoint.workloads import Job, WorkloadError
+from testbed.harness.transport_timing import transport_timing
+from topologies import TopologyParams
+
+# A 10 Gbps leaf-spine with 1 us links (3 us one way host to host), its transport's timing.
+DC = TopologyParams(spines=4, leaves=4, hosts_per_leaf=4, link_mbps=10_000, delay_us=1, queue_kb=12)
+CFG = TransportConfig(**transport_timing(DC, 5000), line_rate_bps=10e9)
+GBPS10 = Bottleneck(rate_bps=10e9)
+
+
+def _run(graph: TraceGraph, hosts: list[str], iterations: int = 2, until: float = 1.0, posts=None):
+    """Every host runs the trace; returns (all done, jobs, records). `posts`, a list, collects
+    (host, virtual time) of every message a job posts."""
+    net = SimNet(seed=1, default_path=PathSpec(delay=3e-6))
+    cfg = CFG
+    eps = {h: net.add_endpoint(h, Endpoint(cfg)) for h in hosts}
+    for h in hosts:
+        net.set_bottleneck(h, GBPS10)
+    records: list[dict] = []
+    spec = {
+        "kind": "trace",
+        "ranks": hosts,
+        "iterations": iterations,
+        "graph": graph_to_dict(graph),
+    }
+    jobs = {h: Job(1, spec, h, hosts, eps[h], cfg, emit=records.append) for h in hosts}
+    if posts is not None:
+        for h, j in jobs.items():
+            j.send = lambda peer, data, now, h=h, send=j.send: (
+                posts.append((h, now)) or send(peer, data, now)
+            )
+    for j in jobs.values():
+        j.go(net.now)
+
+    def done() -> bool:
+        for h, ep in eps.items():
+            for d in ep.take_deliveries():
+                jobs[h].on_delivery(d)
+            for c in ep.take_completions():
+                jobs[h].on_completion(c)
+        for j in jobs.values():
+            j.poll(net.now)
+        return all(j.done for j in jobs.values())
+
+    ok = False
+    while not ok and net.now < until:
+        deadlines = [d for j in jobs.values() if (d := j.next_deadline()) is not None]
+        ok = net.run(min([until, net.now + 0.0005, *deadlines]), stop=done)
+    return ok, jobs, records
+
+
+def _hosts(n: int) -> list[str]:
+    return [f"h{i + 1}" for i in range(n)]
+
+
+def _spmd(n: int, nodes: list[Node], groups=None) -> TraceGraph:
+    return TraceGraph(
+        "t", n, groups or {"all": tuple(range(n))}, tuple(tuple(nodes) for _ in range(n))
+    )
+
+
+def _coll(i, kind="allreduce", nbytes=400_000, deps=(), algo="", group="all", comm=None) -> Node:
+    return Node(
+        i,
+        f"{kind}{i}",
+        COLLECTIVE,
+        deps,
+        collective=kind,
+        algorithm=algo,
+        group=group,
+        comm=comm or f"c{i}",
+        nbytes=nbytes,
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "algo"),
+    [
+        ("allreduce", "ring"),
+        ("allreduce", "tree"),
+        ("allgather", ""),
+        ("reducescatter", ""),
+        ("alltoall", ""),
+    ],
+)
+def test_each_collective_finishes_every_iteration_with_its_schedule_s_bytes(kind, algo):
+    n = 4
+    g = _spmd(n, [Node(0, "c", COMPUTE, duration_s=20e-6), _coll(1, kind, deps=(0,), algo=algo)])
+    ok, jobs, records = _run(g, _hosts(n), iterations=3)
+    assert ok
+    sched = schedule(kind, 400_000, n, algo or None)
+    nodes = [r for r in records if r["type"] == "trace_node"]
+    assert len(nodes) == 3 * n
+    for r in nodes:
+        assert r["bytes"] == sched.sent_bytes(r["rank"])  # what the schedule says, to the byte
+        assert r["end"] > r["start"]
+    iters = [r for r in records if r["type"] == "trace_iter"]
+    assert sorted((r["rank"], r["iteration"]) for r in iters) == [
+        (k, i) for k in range(n) for i in range(3)
+    ]
+    for j in jobs.values():
+        st = j.status()
+        assert st["iterations_finished"] == 3 and st["bad_messages"] == 0 and st["duplicates"] == 0
+
+
+def test_compute_only_iterations_take_exactly_their_compute():
+    g = _spmd(
+        2, [Node(0, "a", COMPUTE, duration_s=30e-6), Node(1, "b", COMPUTE, (0,), duration_s=70e-6)]
+    )
+    ok, jobs, _ = _run(g, _hosts(2), iterations=4)
+    assert ok
+    for j in jobs.values():
+        assert j.status()["iteration_s"] == pytest.approx([100e-6] * 4, abs=1e-12)
+
+
+def _overlap_graph(hidden: bool) -> TraceGraph:
+    """Compute 1 ms in two halves and a 400 kB all-reduce on 4 ranks (600 kB a rank, 0.48 ms
+    of 10 Gbps): started after the first half (it overlaps the second) or after both."""
+    a = Node(0, "fwd", COMPUTE, duration_s=500e-6)
+    b = Node(1, "bwd", COMPUTE, (0,), duration_s=500e-6)
+    ar = _coll(2, nbytes=400_000, deps=(0,) if hidden else (1,))
+    return _spmd(4, [a, b, ar])
+
+
+def test_overlap_hides_a_collective_behind_compute():
+    ok_h, jobs_h, _ = _run(_overlap_graph(hidden=True), _hosts(4), iterations=2)
+    ok_e, jobs_e, _ = _run(_overlap_graph(hidden=False), _hosts(4), iterations=2)
+    assert ok_h and ok_e
+    hidden = max(max(j.status()["iteration_s"]) for j in jobs_h.values())
+    exposed = max(max(j.status()["iteration_s"]) for j in jobs_e.values())
+    comm = exposed - 1e-3  # the all-reduce's own time, nothing hiding it
+    wire = 2 * 3 / 4 * 400_000 * 8 / 10e9
+    assert wire <= comm <= 1.25 * wire, comm
+    # Started half-way, the same all-reduce ends 0.5 ms earlier: all but what sticks out past
+    # the compute is hidden.
+    assert hidden == pytest.approx(max(1e-3, 500e-6 + comm), abs=5e-6)
+    assert exposed - hidden == pytest.approx(500e-6, abs=5e-6)
+
+
+def test_a_straggler_rank_delays_everyone_only_through_the_collective():
+    n = 4
+    nodes = []
+    for r in range(n):
+        slow = 2e-3 if r == 2 else 100e-6
+        nodes.append((Node(0, "c", COMPUTE, duration_s=slow), _coll(1, deps=(0,), nbytes=100_000)))
+    g = TraceGraph("t", n, {"all": tuple(range(n))}, tuple(nodes))
+    posts: list[tuple[str, float]] = []
+    ok, _jobs, records = _run(g, _hosts(n), iterations=1, posts=posts)
+    assert ok
+    # Rank 3 follows the straggler in the ring: it sends its own chunk at once, and each later
+    # round only once the chunk from rank 2 came in, i.e. after 2 ms.
+    early = [t for h, t in posts if h == "h4" and t < 2e-3]
+    assert len(early) == 1 and len([1 for h, _ in posts if h == "h4"]) == 2 * (n - 1)
+    ends = {r["rank"]: r["end"] for r in records if r["type"] == "trace_iter"}
+    starts = {r["rank"]: r["start"] for r in records if r["type"] == "trace_node"}
+    # The fast ranks entered the collective at 0.1 ms and waited: the ring cannot finish before
+    # the straggler's data has gone round.
+    assert starts[0] == pytest.approx(100e-6) and starts[2] == pytest.approx(2e-3)
+    assert min(ends.values()) > 2e-3
+
+
+def test_point_to_point_sends_pair_with_their_receives():
+    g = TraceGraph(
+        "t",
+        2,
+        {},
+        (
+            (
+                Node(0, "s", SEND, peer=1, nbytes=50_000, tag=3),
+                Node(1, "r", RECV, (0,), peer=1, nbytes=10, tag=4),
+            ),
+            (
+                Node(0, "r", RECV, peer=0, nbytes=50_000, tag=3),
+                Node(1, "s", SEND, (0,), peer=0, nbytes=10, tag=4),
+            ),
+        ),
+    )
+    ok, _jobs, records = _run(g, _hosts(2), iterations=2)
+    assert ok
+    recv = [r for r in records if r["type"] == "trace_node" and r["kind"] == "recv"]
+    assert len(recv) == 4 and {r["bytes"] for r in recv} == {50_000, 10}
+
+
+def test_a_graph_that_cannot_run_is_refused_when_the_job_is_made():
+    g = _spmd(2, [_coll(0)])
+    bad = graph_to_dict(g)
+    bad["nodes"][1] = []  # rank 1 never posts the collective
+    spec = {"kind": "trace", "ranks": ["h1", "h2"], "graph": bad}
+    with pytest.raises(
+        WorkloadError,
+        match=r"^workload.graph: t: collective c0 \(allreduce0\) on all: rank 1 never posts it$",
+    ):
+        Job(1, spec, "h1", ["h1", "h2"], Endpoint(TransportConfig()), TransportConfig())
+    spec = {"kind": "trace", "ranks": ["h1"], "graph": graph_to_dict(g)}
+    with pytest.raises(WorkloadError, match=r"^workload.ranks: 1 hosts for a graph of 2 ranks$"):
+        Job(1, spec, "h1", ["h1", "h2"], Endpoint(TransportConfig()), TransportConfig())
