@@ -9,17 +9,9 @@ import re
 
 import pytest
 
-from testbed.labs.grading import (
-    EXIT_FAILED,
-    EXIT_INCOMPLETE,
-    EXIT_PASSED,
-    LabError,
-    LabScenario,
-    judge_summary,
-    lab_dirs,
-    load_lab,
-    load_student,
-)
+from testbed.labs.definition import LabError, LabScenario, lab_dirs, load_lab
+from testbed.labs.grading import judge_summary, load_student
+from testbed.labs.report import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED
 from tests.conftest import tb
 
 DIRS = lab_dirs()
@@ -131,7 +123,8 @@ def test_untouched_skeleton_fails_its_unit_checks_with_a_hint(lab) -> None:
 def test_not_root_runs_the_unit_part_and_says_the_rest_was_skipped(monkeypatch) -> None:
     import os
 
-    from testbed.labs.grading import check_lab, format_report
+    from testbed.labs.grading import check_lab
+    from testbed.labs.report import format_report
 
     lab = next(lab for lab in WITH_CODE if lab.scenarios)
     monkeypatch.setattr(os, "geteuid", lambda: 1000)

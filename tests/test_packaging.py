@@ -80,7 +80,7 @@ def test_a_checkout_reads_its_version_from_pyproject():
 
 def test_shipped_data_is_found_in_the_checkout():
     from contracts.project import shipped
-    from testbed.labs.grading import LABS_DIR
+    from testbed.labs.definition import LABS_DIR
     from testbed.scenario.catalog import SCENARIO_DIR
 
     assert SCENARIO_DIR == shipped("scenarios") == ROOT / "scenarios"
@@ -103,18 +103,18 @@ def test_someone_elses_labs_package_is_not_taken_for_ours(tmp_path, monkeypatch)
 
 
 def test_an_installed_labs_results_go_to_the_current_directory(tmp_path, monkeypatch):
-    from testbed.labs import grading
+    from testbed.labs import definition
 
-    lab_dir = grading.lab_dirs()[0]
-    lab = grading.load_lab(lab_dir)
+    lab_dir = definition.lab_dirs()[0]
+    lab = definition.load_lab(lab_dir)
     assert lab.results_dir == lab_dir / "results"  # a checkout: in the lab folder
-    monkeypatch.setattr(grading, "checkout", lambda: None)  # as if installed from a wheel
+    monkeypatch.setattr(definition, "checkout", lambda: None)  # as if installed from a wheel
     monkeypatch.chdir(tmp_path)
-    lab = grading.load_lab(lab_dir)
+    lab = definition.load_lab(lab_dir)
     assert lab.results_dir == tmp_path / "results" / f"lab{lab.number}"
     copied = tmp_path / "mine" / lab_dir.name  # a student's own copy of an installed lab
     shutil.copytree(lab_dir, copied)
-    assert grading.load_lab(copied).results_dir == copied / "results"
+    assert definition.load_lab(copied).results_dir == copied / "results"
 
 
 # What pip prints when the isolated build cannot get setuptools (no index, no network).
@@ -178,7 +178,7 @@ def test_a_wheel_installed_outside_the_checkout_lists_scenarios_and_labs(tmp_pat
         return proc.stdout
 
     testbed = str(venv / "bin" / "testbed")
-    where = run(str(py), "-c", "import contracts.project as p, testbed.labs.grading as g, "
+    where = run(str(py), "-c", "import contracts.project as p, testbed.labs.definition as g, "
                 "testbed.scenario.catalog as c; print(p.checkout(), g.LABS_DIR, c.SCENARIO_DIR, "
                 "g.find_lab(2).results_dir, sep='\\n')").split("\n")  # fmt: skip
     assert where[0] == "None"  # an installation, not a checkout

@@ -50,14 +50,9 @@ from testbed.fabric.cleanup import clean_all
 from testbed.fabric.lifecycle import FabricError, need_root
 from testbed.fabric.session import Fabric
 from testbed.fabric.state import DEFAULT_NAME, RUN_ROOT, run_dir
-from testbed.labs.grading import (
-    LabError,
-    check_lab,
-    find_lab,
-    format_list,
-    format_report,
-    list_labs,
-)
+from testbed.labs.definition import LabError, find_lab, list_labs
+from testbed.labs.grading import check_lab
+from testbed.labs.report import format_list, format_report
 from testbed.scenario import Scenario, ScenarioError, lint, quick, scenario_json_schema
 from testbed.scenario.capture import capture_ports, parse_pcap_arg
 from testbed.scenario.catalog import format_catalog, list_scenarios

@@ -1,8 +1,9 @@
 """Teaching labs (`labs/`): find them, grade a student's code, plug it into real runs.
 
-A lab is a folder ``labs/lab<N>-<slug>/`` with a README, a ``lab.yaml`` (see `load_lab` for
-the keys), pytest checks in ``checks/`` that need no root, optional student files and optional
-scenario files; its solutions are in ``labs/solutions/lab<N>/`` under the same file names.
+A lab is a folder ``labs/lab<N>-<slug>/`` with a README, a ``lab.yaml`` (see
+`definition.load_lab` for the keys), pytest checks in ``checks/`` that need no root, optional
+student files and optional scenario files; its solutions are in ``labs/solutions/lab<N>/``
+under the same file names.
 
 `check_lab` grades in two stages, the second only if the first passed:
 
@@ -14,12 +15,16 @@ scenario files; its solutions are in ``labs/solutions/lab<N>/`` under the same f
    (``plug_in``: e.g. ``TESTBED_TRIM_DECISION=<code>/trim_decision.py``), its expectations
    and the lab's ``require`` lines judged on summary.json; the results folders (summary.json,
    report.md, plots) and a table of everything (``results.md``) go to ``labs/<lab>/results/``
-   (see `default_results_dir`: ``./results/lab<N>/`` for the labs of an installed wheel).
+   (see `definition.default_results_dir`: ``./results/lab<N>/`` for the labs of an installed
+   wheel).
 
 The labs are found through importlib.resources (contracts.project.shipped): the checkout's
 ``labs/``, or the copy an installed wheel carries in site-packages.
 
 Every check is reported PASS/FAIL (or SKIP) with, for a failure, the lab's hint for it.
+
+Reading lab.yaml and finding the labs is `testbed.labs.definition`; the report, its exit code
+and its text forms are `testbed.labs.report`; this module grades.
 """
 
 from __future__ import annotations
@@ -27,32 +32,28 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-import yaml
-
 from contracts.plugins import load_plugin
-from contracts.project import checkout, shipped
 from testbed.analysis.validity import is_valid
-from testbed.scenario import TRANSPORTS, ScenarioError, load_scenario
-from testbed.scenario.catalog import SCENARIO_DIR
+from testbed.labs.definition import REPO, REQUIRE_RE, Lab, LabError, LabScenario
+from testbed.labs.report import (
+    NEEDS_ROOT,
+    CheckResult,
+    LabReport,
+    cwd_relative,
+    write_results_table,
+)
+from testbed.scenario import load_scenario
 
-# The folder holding the project's packages (the checkout, or site-packages when installed):
-# child processes get it on PYTHONPATH, and lab.yaml's "scenarios/..." paths are relative to it.
-REPO = Path(__file__).resolve().parents[2]
-LABS_DIR = shipped("labs")
-SOLUTIONS_DIR = LABS_DIR / "solutions"
 LAB_CODE_ENV = "TESTBED_LAB_CODE"
-KNOWN_PLUG_INS = ("TESTBED_TRIM_DECISION", "TESTBED_EV_POLICY")
 
 UNIT_TIMEOUT_S = 300.0
 SCENARIO_TIMEOUT_S = 300.0
@@ -62,14 +63,6 @@ SCENARIO_ATTEMPTS = 3  # a failed scenario is run again while the emulator measu
 # SCENARIO_ATTEMPTS runs in all).
 UNHEALTHY_JITTER_US = 5000.0
 
-# Exit codes of `testbed lab check`.
-EXIT_PASSED = 0
-EXIT_FAILED = 1
-EXIT_INCOMPLETE = 3  # every unit check passed, but the scenario part needs root and was skipped
-NEEDS_ROOT = "it needs root (network namespaces): run it with sudo, or pass --unit-only"
-
-_LAB_DIR_RE = re.compile(r"^lab(\d+)-[a-z0-9][a-z0-9-]*$")
-_REQUIRE_RE = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*(-?[0-9.]+(?:e-?\d+)?)\s*$")
 _OPS: dict[str, Callable[[float, float], bool]] = {
     ">=": lambda a, b: a >= b,
     "<=": lambda a, b: a <= b,
@@ -78,216 +71,6 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
     ">": lambda a, b: a > b,
     "<": lambda a, b: a < b,
 }
-
-
-class LabError(ValueError):
-    """A lab cannot be found or its lab.yaml is invalid; `str()` names the file and key."""
-
-
-# ----- lab.yaml --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LabScenario:
-    file: str  # as written in lab.yaml
-    path: Path
-    transports: tuple[str, ...] | None  # None: the scenario's own list
-    quick: bool = True
-    require: dict[str, str] = field(default_factory=dict)  # "trims" -> ">= 1"
-
-
-@dataclass(frozen=True)
-class Lab:
-    number: int
-    title: str
-    dir: Path
-    student_files: tuple[str, ...]
-    scenarios: tuple[LabScenario, ...]
-    hints: dict[str, str]
-    plug_in: dict[str, str]  # environment variable -> student file
-    results_dir: Path
-    results_table: str = "results.md"
-
-    @property
-    def solution_dir(self) -> Path:
-        return SOLUTIONS_DIR / f"lab{self.number}"
-
-    def hint_for(self, check_name: str) -> str | None:
-        """The hint whose key is the longest substring of `check_name`."""
-        keys = sorted((k for k in self.hints if k in check_name), key=len, reverse=True)
-        return self.hints[keys[0]] if keys else None
-
-
-def _fail(path: Path, key: str, why: str) -> LabError:
-    return LabError(f"{path}: {key}: {why}" if key else f"{path}: {why}")
-
-
-def default_results_dir(lab_dir: Path, number: int, name: str = "results") -> Path:
-    """Where a lab's results go unless ``--out`` says: ``<lab folder>/<name>``, except for the
-    labs an installed wheel carries, whose folder is inside site-packages, no place for a
-    student's runs: there ``./results/lab<N>/`` in the current directory."""
-    installed = checkout() is None and lab_dir.resolve().is_relative_to(LABS_DIR.resolve())
-    return Path.cwd() / "results" / f"lab{number}" if installed else lab_dir / name
-
-
-def load_lab(lab_dir: Path) -> Lab:
-    """Read and check ``lab_dir/lab.yaml``.
-
-    Keys: ``number`` (int, as in the folder name), ``title``, ``student_files`` (file names in
-    the lab folder), ``scenarios`` (each ``{file, transports, quick, require}``: ``file``
-    relative to the lab folder or the repository, or a shipped scenario's name; ``require``
-    maps a dotted key of the transport's summary.json entry to ``">= 1"``-style bounds),
-    ``hints`` (substring of a check's name -> one-line hint), optional ``plug_in`` (environment
-    variable -> student file, set for every process of a scenario run) and ``results``
-    (a folder name, or ``{dir, table}``; other keys are free-form notes).
-    """
-    path = lab_dir / "lab.yaml"
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise _fail(path, "", f"cannot read: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise _fail(path, "", f"not YAML: {str(exc).splitlines()[0]}") from None
-    if not isinstance(data, dict):
-        raise _fail(path, "", "must be a mapping")
-    allowed = {"number", "title", "student_files", "scenarios", "hints", "plug_in", "results"}
-    for key in data:
-        if key not in allowed:
-            raise _fail(path, str(key), f"unknown key (known: {', '.join(sorted(allowed))})")
-    number = data.get("number")
-    if not isinstance(number, int) or isinstance(number, bool):
-        raise _fail(path, "number", "must be an integer")
-    m = _LAB_DIR_RE.match(lab_dir.name)
-    if not m or int(m.group(1)) != number:
-        raise _fail(path, "number", f"{number} does not match the folder name {lab_dir.name!r}")
-    title = data.get("title")
-    if not isinstance(title, str) or not title.strip():
-        raise _fail(path, "title", "must be a non-empty string")
-
-    student_files = data.get("student_files") or []
-    if not isinstance(student_files, list) or not all(isinstance(f, str) for f in student_files):
-        raise _fail(path, "student_files", "must be a list of file names")
-    for i, name in enumerate(student_files):
-        if "/" in name or not (lab_dir / name).is_file():
-            raise _fail(path, f"student_files[{i}]", f"no file {name!r} in {lab_dir}")
-
-    scenarios = []
-    raw = data.get("scenarios") or []
-    if not isinstance(raw, list):
-        raise _fail(path, "scenarios", "must be a list")
-    for i, entry in enumerate(raw):
-        scenarios.append(_lab_scenario(path, f"scenarios[{i}]", lab_dir, entry))
-
-    hints = data.get("hints") or {}
-    if not isinstance(hints, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in hints.items()
-    ):
-        raise _fail(path, "hints", "must map a check-name substring to a one-line hint")
-
-    plug_in = data.get("plug_in") or {}
-    if not isinstance(plug_in, dict):
-        raise _fail(path, "plug_in", "must map an environment variable to a student file")
-    for var, name in plug_in.items():
-        if var not in KNOWN_PLUG_INS:
-            raise _fail(path, f"plug_in.{var}", f"unknown (known: {', '.join(KNOWN_PLUG_INS)})")
-        if name not in student_files:
-            raise _fail(path, f"plug_in.{var}", f"{name!r} is not one of student_files")
-
-    results = data.get("results")
-    results_dir, table = "results", "results.md"
-    if isinstance(results, str):
-        results_dir = results
-    elif isinstance(results, dict):
-        results_dir = str(results.get("dir", results_dir))
-        table = str(results.get("table", table))
-    elif results is not None:
-        raise _fail(path, "results", "must be a folder name or a mapping {dir, table}")
-    if Path(results_dir).is_absolute() or ".." in Path(results_dir).parts:
-        raise _fail(path, "results", "the results folder must be inside the lab folder")
-    return Lab(
-        number=number,
-        title=title.strip(),
-        dir=lab_dir,
-        student_files=tuple(student_files),
-        scenarios=tuple(scenarios),
-        hints=dict(hints),
-        plug_in=dict(plug_in),
-        results_dir=default_results_dir(lab_dir, number, results_dir),
-        results_table=table,
-    )
-
-
-def _lab_scenario(path: Path, key: str, lab_dir: Path, entry: object) -> LabScenario:
-
-    if not isinstance(entry, dict):
-        raise _fail(path, key, "must be a mapping {file, transports, quick, require}")
-    for k in entry:
-        if k not in ("file", "transports", "quick", "require"):
-            raise _fail(path, f"{key}.{k}", "unknown key (known: file, transports, quick, require)")
-    file = entry.get("file")
-    if not isinstance(file, str):
-        raise _fail(path, f"{key}.file", "must be a path")
-    candidates = [lab_dir / file, REPO / file, SCENARIO_DIR / f"{file}.yaml"]
-    found = next((c for c in candidates if c.is_file()), None)
-    if found is None:
-        raise _fail(path, f"{key}.file", f"no scenario {file!r} (in the lab folder or the repo)")
-    try:
-        load_scenario(found)
-    except ScenarioError as exc:
-        raise _fail(path, f"{key}.file", str(exc)) from None
-    transports = entry.get("transports")
-    if transports is not None:
-        if isinstance(transports, str):
-            transports = [transports]
-        if not isinstance(transports, list) or not transports:
-            raise _fail(path, f"{key}.transports", "must be a non-empty list")
-        for t in transports:
-            if t not in TRANSPORTS:
-                raise _fail(path, f"{key}.transports", f"unknown transport {t!r}")
-        transports = tuple(transports)
-    quick = entry.get("quick", True)
-    if not isinstance(quick, bool):
-        raise _fail(path, f"{key}.quick", "must be true or false")
-    require = entry.get("require") or {}
-    if not isinstance(require, dict):
-        raise _fail(path, f"{key}.require", "must map a summary key to a bound like '>= 1'")
-    for k, bound in require.items():
-        if not isinstance(bound, str) or not _REQUIRE_RE.match(bound):
-            raise _fail(path, f"{key}.require.{k}", f"{bound!r} is not like '>= 1' or '== 0'")
-    return LabScenario(file, found, transports, quick, {str(k): v for k, v in require.items()})
-
-
-def lab_dirs(root: Path | None = None) -> list[Path]:
-    """Every ``lab<N>-<slug>`` folder under `root` (default ``labs/``), by number."""
-    root = root or LABS_DIR
-    found = [(m, d) for d in root.glob("lab*") if d.is_dir() and (m := _LAB_DIR_RE.match(d.name))]
-    return [d for m, d in sorted(found, key=lambda md: (int(md[0].group(1)), md[1].name))]
-
-
-def list_labs(root: Path | None = None) -> list[Lab | LabError]:
-    """Every lab, by number; a broken lab.yaml is listed as its error, not hiding the others."""
-    out: list[Lab | LabError] = []
-    for d in lab_dirs(root):
-        try:
-            out.append(load_lab(d))
-        except LabError as exc:
-            out.append(exc)
-    return out
-
-
-def find_lab(number: int, root: Path | None = None) -> Lab:
-    root = root or LABS_DIR
-    dirs = [d for d in root.glob(f"lab{number}-*") if d.is_dir() and _LAB_DIR_RE.match(d.name)]
-    if not dirs:
-        known = ", ".join(
-            str(int(m.group(1)))
-            for d in sorted(root.glob("lab*"))
-            if (m := _LAB_DIR_RE.match(d.name))
-        )
-        raise LabError(f"no lab {number} under {root} (labs: {known or 'none'})")
-    if len(dirs) > 1:
-        raise LabError(f"lab {number}: several folders: {', '.join(d.name for d in dirs)}")
-    return load_lab(dirs[0])
 
 
 # ----- the student's code ----------------------------------------------------------------------
@@ -309,37 +92,6 @@ def load_student(name: str) -> ModuleType:
 
 
 # ----- grading ---------------------------------------------------------------------------------
-
-
-@dataclass
-class CheckResult:
-    stage: str  # "unit" | "scenario"
-    name: str
-    status: str  # "PASS" | "FAIL" | "SKIP"
-    detail: str = ""  # why it failed (one line), or what was measured
-    hint: str | None = None
-
-
-@dataclass
-class LabReport:
-    lab: Lab
-    code_dir: Path
-    results_dir: Path
-    results: list[CheckResult] = field(default_factory=list)
-    scenario_skipped: str | None = None  # why the scenario part did not run
-    results_folders: list[Path] = field(default_factory=list)
-
-    @property
-    def failed(self) -> list[CheckResult]:
-        return [r for r in self.results if r.status == "FAIL"]
-
-    @property
-    def exit_code(self) -> int:
-        if self.failed:
-            return EXIT_FAILED
-        if self.scenario_skipped == NEEDS_ROOT:
-            return EXIT_INCOMPLETE
-        return EXIT_PASSED
 
 
 def _one_line(text: str, limit: int = 160) -> str:
@@ -521,7 +273,7 @@ def judge_summary(
                 )
             )  # fmt: skip
         for key, bound in sc.require.items():
-            m = _REQUIRE_RE.match(bound)
+            m = REQUIRE_RE.match(bound)
             assert m is not None  # checked by load_lab
             if key.startswith("endpoint."):
                 counters = endpoint_counters(folder, t) if folder is not None else {}
@@ -627,7 +379,7 @@ def check_lab(
     code_dir = code_dir_for(lab, solution, code)
     report = LabReport(lab, code_dir, (results_dir or lab.results_dir).resolve())
     out(f"Lab {lab.number}: {lab.title}")
-    out(f"  code under test: {_rel(code_dir)}")
+    out(f"  code under test: {cwd_relative(code_dir)}")
     report.results += run_unit_checks(lab, code_dir, verbose=verbose, out=out)
     if not lab.scenarios:
         return report
@@ -643,108 +395,3 @@ def check_lab(
         report.results_folders = folders
         write_results_table(report)
     return report
-
-
-def _rel(path: Path) -> str:
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
-
-
-# ----- output ----------------------------------------------------------------------------------
-
-
-def format_report(report: LabReport) -> str:
-    lines = []
-    width = max((len(r.name) for r in report.results), default=10)
-    width = min(width, 72)
-    for r in report.results:
-        shown = r.detail and (r.status != "PASS" or r.stage == "scenario")
-        detail = f"  {r.detail}" if shown else ""
-        lines.append(f"  {r.status:4}  {r.stage:8}  {r.name:<{width}}{detail}".rstrip())
-        if r.status == "FAIL":
-            lines.append(
-                f"        hint: {r.hint or 'read the failing assertion: testbed lab check N -v'}"
-            )
-    if report.scenario_skipped and report.lab.scenarios:
-        names = ", ".join(s.path.stem for s in report.lab.scenarios)
-        lines.append(f"  SKIP  scenario  {names}: skipped because {report.scenario_skipped}")
-    passed = sum(r.status == "PASS" for r in report.results)
-    total = sum(r.status != "SKIP" for r in report.results)
-    verdict = {EXIT_PASSED: "PASSED", EXIT_FAILED: "FAILED", EXIT_INCOMPLETE: "INCOMPLETE"}[
-        report.exit_code
-    ]
-    lines.append(f"Lab {report.lab.number}: {verdict} ({passed} of {total} checks passed)")
-    if report.exit_code == EXIT_INCOMPLETE:
-        lines.append("  the unit checks passed; the scenario part still has to run (as root)")
-    for folder in report.results_folders:
-        lines.append(f"  results: {_rel(folder)}/report.md")
-    if report.results_folders:
-        lines.append(f"  table:   {_rel(report.results_dir / report.lab.results_table)}")
-    return "\n".join(lines)
-
-
-def write_results_table(report: LabReport) -> Path:
-    """``results.md`` in the lab's results folder: what each run measured, and every check."""
-    lab = report.lab
-    report.results_dir.mkdir(parents=True, exist_ok=True)
-    rows = ["| scenario | transport | goodput (Mbps) | max stall (ms) | failover (ms) | trims "
-            "| retransmits | passed |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    plots = []
-    for folder in report.results_folders:
-        summary = json.loads((folder / "summary.json").read_text())
-        for t, e in summary.get("transports", {}).items():
-            rtx = e.get("retransmits") or {}
-            rtx_text = ", ".join(f"{k} {v}" for k, v in sorted(rtx.items())) or "0"
-            rows.append(
-                f"| {folder.name} | {t} | {_fmt(e.get('goodput_mbps'))} "
-                f"| {_fmt(e.get('max_stall_ms'))} | {_fmt(e.get('failover_ms'))} "
-                f"| {e.get('trims', 0)} | {rtx_text} "
-                f"| {'yes' if e.get('expectations', {}).get('passed') else 'NO'} |"
-            )
-        plots += [f"- [{p.name}]({folder.name}/{p.name})" for p in sorted(folder.glob("*.png"))]
-    checks = [f"- {r.status} {r.stage}: {r.name}" + (f" -- {r.detail}" if r.detail else "")
-              for r in report.results]  # fmt: skip
-    text = "\n".join(
-        [
-            f"# Lab {lab.number}: {lab.title} -- results",
-            "",
-            f"Code under test: `{_rel(report.code_dir)}`.",
-            "",
-            *rows,
-            "",
-            "## Plots",
-            "",
-            *(plots or ["(none)"]),
-            "",
-            "## Checks",
-            "",
-            *checks,
-            "",
-        ]
-    )
-    path = report.results_dir / lab.results_table
-    path.write_text(text)
-    return path
-
-
-def _fmt(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.1f}"
-    return str(value)
-
-
-def format_list(labs: list[Lab | LabError]) -> str:
-    lines = []
-    for lab in labs:
-        if isinstance(lab, LabError):
-            lines.append(f"  ?  (broken) {lab}")
-            continue
-        files = ", ".join(lab.student_files) or "no code to write"
-        scen = ", ".join(s.path.stem for s in lab.scenarios) or "-"
-        lines.append(f"{lab.number:>3}  {lab.title}")
-        lines.append(f"     {_rel(lab.dir)}/  you write: {files}; scenarios: {scen}")
-    return "\n".join(lines) if lines else f"no labs under {LABS_DIR}"
