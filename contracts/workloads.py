@@ -117,15 +117,42 @@ class AllreduceWorkload(StrictModel):
     steps: int = Field(ge=1, le=MAX_STEPS)
 
 
+class TraceWorkload(StrictModel):
+    """A training iteration read from a trace `file` (docs/workloads.md), replayed
+    `iterations` times by `hosts` in order (rank i is the i-th host)."""
+
+    min_ranks: ClassVar[int] = 1
+
+    kind: Literal["trace"]
+    file: Annotated[str, Field(min_length=1)]
+    format: Literal["astra-text"] = "astra-text"
+    # What the file's compute times count (the format does not say: ASTRA-sim reads cycles,
+    # AICB writes nanoseconds); `cycles` needs `cycle_ghz`.
+    time_unit: Literal["ns", "us", "ms", "cycles"]
+    cycle_ghz: float | None = Field(None, gt=0, allow_inf_nan=False)
+    iterations: int = Field(1, ge=1, le=MAX_STEPS)
+    hosts: Hosts = "all"
+    # The algorithm of each collective kind (contracts.trace.ALGORITHMS; unset: the first).
+    algorithms: dict[Literal["allreduce", "allgather", "reducescatter", "alltoall"], str] = Field(
+        default_factory=dict
+    )
+
+
 WORKLOAD_MODELS = (
     BulkWorkload,
     PermutationWorkload,
     IncastWorkload,
     AlltoallWorkload,
     AllreduceWorkload,
+    TraceWorkload,
 )
 Workload = Annotated[
-    BulkWorkload | PermutationWorkload | IncastWorkload | AlltoallWorkload | AllreduceWorkload,
+    BulkWorkload
+    | PermutationWorkload
+    | IncastWorkload
+    | AlltoallWorkload
+    | AllreduceWorkload
+    | TraceWorkload,
     Field(discriminator="kind"),
 ]
 
@@ -264,7 +291,7 @@ def check_hosts(workload: StrictModel, hosts: Sequence[str], path: str = "worklo
             _check_host_list(f"{path}.srcs", w.srcs, host, minimum=1)
             if w.dst in w.srcs:
                 raise WorkloadSpecError(f"{path}.srcs", f"contains the destination {w.dst}")
-    elif isinstance(w, AllreduceWorkload):
+    elif isinstance(w, AllreduceWorkload | TraceWorkload):
         if w.hosts != "all":
             _check_host_list(f"{path}.hosts", w.hosts, host, minimum=w.min_ranks)
     elif isinstance(w, PermutationJob):
@@ -328,6 +355,8 @@ def workload_hosts(workload: StrictModel, hosts: Sequence[str]) -> list[str]:
         return [h for h in hosts if h in srcs or h == w.dst]
     if isinstance(w, AllreduceWorkload):
         return ring(w, hosts)
+    if isinstance(w, TraceWorkload):
+        return list(hosts) if w.hosts == "all" else list(w.hosts)
     if isinstance(w, TraceJob):
         return list(w.ranks)
     return list(hosts)
@@ -354,6 +383,9 @@ def flows_of(workload: StrictModel, hosts: Sequence[str]) -> list[Flow]:
         n = len(r)
         per_hop = allreduce_per_hop(n, w.bytes)
         return [Flow(r[i], r[(i + 1) % n], per_hop) for i in range(n)]
+    if isinstance(w, TraceWorkload | TraceJob):
+        # Its traffic is in the trace's graph: testbed.scenario.trace_workload.trace_flows.
+        raise TypeError("a trace workload's flows come from its graph (trace_flows)")
     assert isinstance(w, PermutationWorkload)
     pairs = getattr(w, "pairs", None)
     if pairs is not None:

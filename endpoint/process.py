@@ -197,6 +197,7 @@ class EndpointProcess(ControlHandlers, Recording):
         self._batch: list = []
         self._coalesce = self.cfg.rx_coalesce_us * 1e-6 / self.dilation
         self._t_next: float | None = None
+        self._job_deadline: float | None = None
         # The last read found datagrams: poll on a timer instead of waking per packet.
         self._busy = False
         self._polling = False
@@ -230,7 +231,10 @@ class EndpointProcess(ControlHandlers, Recording):
             self._answer_probes()
         if now >= self._next_bin:
             self._tick(now)
-        self._t_next = ep.next_timer()
+        t_next = ep.next_timer()
+        job_t = self._job_deadline
+        # A job's timer is a timer of this process: its lateness counts like the transport's.
+        self._t_next = t_next if job_t is None or (t_next is not None and t_next < job_t) else job_t
         self._polling = self._busy and self._coalesce > 0
         return self._deadline(now, self._t_next, wake, self._polling, self._coalesce), (
             self._polling
@@ -355,6 +359,20 @@ class EndpointProcess(ControlHandlers, Recording):
                 job.on_completion(c)
                 if job.done and not was:
                     self._job_done(job, now)
+        self._job_deadline = None
+        for job in self.jobs.values():
+            # Roles that wait in virtual time (a trace's compute): what is due, then when next.
+            t = job.next_deadline()
+            if t is None:
+                continue
+            if t <= now:
+                was = job.done
+                job.poll(now)
+                if job.done and not was:
+                    self._job_done(job, now)
+                t = job.next_deadline()
+            if t is not None and (self._job_deadline is None or t < self._job_deadline):
+                self._job_deadline = t
 
     def _transmit(self, now: float) -> float | None:
         """One transmit pass: what the transport and the pacer let go now, sent as one burst

@@ -23,7 +23,8 @@ from endpoint.metrics import placed_samples
 from testbed.fabric.paths import predict_path
 from testbed.harness.endpoints import FabricEndpoints
 from testbed.harness.records import FlowRecord, Message, TransportRun, path_name
-from testbed.scenario import AllreduceWorkload, Scenario, flows, workload_hosts
+from testbed.scenario import AllreduceWorkload, Scenario, TraceWorkload, flows, workload_hosts
+from testbed.scenario.trace_workload import trace_job
 
 ENDPOINT_TRANSPORTS = ("mrc", "single-path", "spray-no-failover", "roce")
 JOB = 1
@@ -39,6 +40,8 @@ def endpoint_workload(sc: Scenario) -> dict:
             "bytes": w.bytes,
             "steps": w.steps,
         }
+    if isinstance(w, TraceWorkload):
+        return trace_job(sc)
     return {"kind": "flows", "flows": [[f.src, f.dst, f.bytes] for f in flows(sc)]}
 
 
@@ -98,9 +101,9 @@ def job_request(sc: Scenario, transport: str) -> dict:
 
 
 def expected_flows(sc: Scenario) -> list[tuple[str, str, int]] | None:
-    """(src, dst, bytes) of every flow the workload asks for; None for an all-reduce, whose
-    ring hops carry what the steps make them carry."""
-    if isinstance(sc.workload, AllreduceWorkload):
+    """(src, dst, bytes) of every flow the workload asks for; None for an all-reduce or a
+    trace, whose messages carry what their steps and collectives make them carry."""
+    if isinstance(sc.workload, AllreduceWorkload | TraceWorkload):
         return None
     return [(f.src, f.dst, f.bytes) for f in flows(sc)]
 
@@ -189,6 +192,9 @@ def endpoint_run(
     messages: list[Message] = []
     retransmits: dict[str, int] = {}
     steps: list[tuple[float, float | None]] = []
+    # A trace's iterations, per iteration: (earliest start, latest end) over the ranks, and
+    # how many ranks finished it.
+    iters: dict[int, list] = {}
     ev_bins: dict[str, dict[int, float]] = {}
     ev_dt = 0.010
     retirements = 0
@@ -221,6 +227,9 @@ def endpoint_run(
                 last[(r["peer"], r["qp"])] = r
             elif kind == "step":
                 steps.append((r["start"] - t0, r["end"] - t0))
+            elif kind == "trace_iter":
+                it = iters.setdefault(r["iteration"], [r["start"], r["end"], 0])
+                it[0], it[1], it[2] = min(it[0], r["start"]), max(it[1], r["end"]), it[2] + 1
         for r in last.values():
             for k, v in r["retransmits"].items():
                 retransmits[k] = retransmits.get(k, 0) + v
@@ -238,6 +247,22 @@ def endpoint_run(
             if finished < st.get("steps", finished):
                 begin = max((e for _, e in steps if e is not None), default=0.0)
                 steps.append((begin, None))  # the step in progress at the deadline
+    ranks = len([st for st in statuses.values() if "iterations_finished" in st])
+    for k in sorted(iters):
+        start, end, finished = iters[k]
+        # An iteration is a step of the job: from its first rank's start to its last rank's end;
+        # one that some rank did not finish by the deadline is the step in progress.
+        steps.append((start - t0, end - t0 if finished >= ranks else None))
+    if (
+        iters
+        and ranks
+        and any(
+            st.get("iterations_finished", 0) < st.get("iterations", 0) for st in statuses.values()
+        )
+    ):
+        last = max(iters)
+        if iters[last][2] >= ranks:  # every rank finished the last one seen: the next one runs
+            steps.append((max(e for _, e in steps if e is not None), None))
     deliveries.sort()
     steps.sort()
     nbins = int(math.ceil(end_s / ev_dt)) + 1

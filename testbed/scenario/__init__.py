@@ -36,6 +36,7 @@ from testbed.scenario.schema import (
     PermutationWorkload,
     Scenario,
     TopologySpec,
+    TraceWorkload,
     Workload,
     scenario_json_schema,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "Scenario",
     "ScenarioError",
     "TopologySpec",
+    "TraceWorkload",
     "Workload",
     "capacity_mbps",
     "emulation_budget_mbps",

@@ -13,7 +13,6 @@ from collections.abc import Iterable, Sequence
 
 from contracts.framing import max_frame_bytes
 from testbed.scenario.schema import (
-    AllreduceWorkload,
     Blackhole,
     Degrade,
     Event,
@@ -27,7 +26,7 @@ from testbed.scenario.schema import (
     SwitchDown,
     SwitchUp,
 )
-from testbed.scenario.traffic import flows
+from testbed.scenario.traffic import flows, repetitions
 from topologies import Fabric
 
 
@@ -148,8 +147,7 @@ def ideal_completion_s(sc: Scenario) -> float:
     fl = flows(sc)
     state = _LinkState(sc.fabric())
     rate = _uniform_rate(state, [(f.src, f.dst) for f in fl])
-    steps = sc.workload.steps if isinstance(sc.workload, AllreduceWorkload) else 1
-    return steps * max(f.bytes for f in fl) * 8 / (rate * 1e6)
+    return repetitions(sc) * max(f.bytes for f in fl) * 8 / (rate * 1e6)
 
 
 def frame_rate_pps(sc: Scenario) -> float:

@@ -27,6 +27,8 @@ def quick(sc: Scenario, factor: float = QUICK_FACTOR) -> Scenario:
     w = data["workload"]
     if w["kind"] == "allreduce":
         w["steps"] = max(1, math.ceil(w["steps"] * factor))
+    elif w["kind"] == "trace":
+        w["iterations"] = max(1, math.ceil(w["iterations"] * factor))
     else:
         w["bytes"] = max(1, round(w["bytes"] * factor))
     for e in data["events"]:

@@ -25,6 +25,7 @@ from contracts.workloads import (
     BulkWorkload,
     IncastWorkload,
     PermutationWorkload,
+    TraceWorkload,
     Workload,
 )
 from testbed.scenario.events import (
@@ -91,6 +92,7 @@ __all__ = [
     "LinkUp",
     "Loss",
     "PermutationWorkload",
+    "TraceWorkload",
     "PlaneDown",
     "PlaneEvent",
     "PlaneUp",

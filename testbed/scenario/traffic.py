@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import random
 
-from contracts.workloads import AllreduceWorkload, Flow, PermutationWorkload, flows_of
+from contracts.workloads import (
+    AllreduceWorkload,
+    Flow,
+    PermutationWorkload,
+    TraceWorkload,
+    flows_of,
+)
 from contracts.workloads import workload_hosts as hosts_of
 from testbed.scenario.schema import Scenario
+from testbed.scenario.trace_workload import trace_flows
 
-__all__ = ["Flow", "flows", "total_bytes", "workload_hosts"]
+__all__ = ["Flow", "flows", "repetitions", "total_bytes", "workload_hosts"]
 
 
 def workload_hosts(sc: Scenario) -> list[str]:
@@ -30,6 +37,8 @@ def flows(sc: Scenario) -> list[Flow]:
     """
     w = sc.workload
     hosts = workload_hosts(sc)
+    if isinstance(w, TraceWorkload):
+        return trace_flows(sc)
     if not isinstance(w, PermutationWorkload):
         return flows_of(w, hosts)
     rng = random.Random(sc.seed)
@@ -57,5 +66,16 @@ def flows(sc: Scenario) -> list[Flow]:
 
 def total_bytes(sc: Scenario) -> int:
     """Application bytes the whole workload must deliver."""
-    steps = sc.workload.steps if isinstance(sc.workload, AllreduceWorkload) else 1
+    steps = repetitions(sc)
     return steps * sum(f.bytes for f in flows(sc))
+
+
+def repetitions(sc: Scenario) -> int:
+    """How many times the workload's flows are sent: an all-reduce's steps, a trace's
+    iterations, else once."""
+    w = sc.workload
+    if isinstance(w, AllreduceWorkload):
+        return w.steps
+    if isinstance(w, TraceWorkload):
+        return w.iterations
+    return 1

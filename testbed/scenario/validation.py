@@ -22,6 +22,7 @@ import yaml
 from pydantic import ValidationError
 
 from contracts.schema import format_loc, reason_of
+from contracts.trace import TraceError
 from contracts.workloads import WorkloadSpecError, check_hosts
 from testbed.scenario.capture import capture_ports
 from testbed.scenario.key_paths import SweepError, grid, point_data
@@ -46,8 +47,10 @@ from testbed.scenario.schema import (
     Scenario,
     SwitchEvent,
     TopologySpec,
+    TraceWorkload,
     TransportSpec,
 )
+from testbed.scenario.trace_workload import trace_graph
 from testbed.scenario.transports import KERNEL_TRANSPORTS
 from topologies import Fabric, TopologyError
 
@@ -118,6 +121,10 @@ def load_scenario(path: str | Path) -> Scenario:
             raise ScenarioError("yaml", problem, str(path)) from None
         issue = Issue("yaml", problem, mark.line + 1, mark.column + 1)
         raise ScenarioError("yaml", problem, str(path), [issue]) from None
+    w = data.get("workload") if isinstance(data, dict) else None
+    if isinstance(w, dict) and w.get("kind") == "trace" and isinstance(w.get("file"), str):
+        # A trace file named in a scenario is found beside the scenario, wherever it runs from.
+        w["file"] = str(path.parent / w["file"])
     try:
         return validate(data)
     except ScenarioError as exc:
@@ -288,6 +295,19 @@ def _check_workload(sc: Scenario, fabric: Fabric) -> None:
         raise ScenarioError(exc.path, exc.reason) from None
     if isinstance(w, IncastWorkload) and w.srcs == "all" and len(hosts) < 2:
         raise ScenarioError("workload.srcs", "the fabric has no host besides the destination")
+    if isinstance(w, TraceWorkload):
+        kernel = [t for t in sc.transports if t in KERNEL_TRANSPORTS]
+        if kernel:
+            raise ScenarioError(
+                "workload.kind",
+                f"a trace runs in the endpoint processes; {kernel[0]} is a kernel transport",
+            )
+        if w.time_unit == "cycles" and w.cycle_ghz is None:
+            raise ScenarioError("workload.cycle_ghz", "time_unit cycles needs the clock in GHz")
+        try:
+            trace_graph(sc)
+        except TraceError as exc:
+            raise ScenarioError("workload.file", str(exc)) from None
     if len(hosts) < 2:
         raise ScenarioError("topology.hosts_per_leaf", "a workload needs at least two hosts")
 
@@ -295,7 +315,9 @@ def _check_workload(sc: Scenario, fabric: Fabric) -> None:
 def _check_expect(sc: Scenario) -> None:
     issues: list[Issue] = []
     w = sc.workload
-    if sc.expect.max_p100_over_p50 is not None and not isinstance(w, AllreduceWorkload):
+    if sc.expect.max_p100_over_p50 is not None and not isinstance(
+        w, AllreduceWorkload | TraceWorkload
+    ):
         issues.append(
             Issue(
                 "expect.max_p100_over_p50", f"needs step times; the {w.kind} workload has no steps"
