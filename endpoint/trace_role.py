@@ -97,6 +97,12 @@ class TraceRole(Role):
         self._left = len(self.nodes)
         self._timers: list[tuple[float, int]] = []
         self._running: dict[int, _Running] = {}
+        # For the critical path: when each node started and ended, and the dependency that
+        # ended last before it started (the one it waited for).
+        self._began: dict[int, float] = {}
+        self._ended: dict[int, float] = {}
+        self._after: dict[int, int] = {}
+        self._last = -1
         # A rank with no nodes (not in any group of the trace) still counts its iterations.
         ready = [i for i, k in self._waiting.items() if k == 0]
         if not ready:
@@ -116,11 +122,41 @@ class TraceRole(Role):
                 "iteration": self.iteration,
                 "start": self.iter_start,
                 "end": now,
+                **self._critical_path(),
             }
         )
         self._next_iteration(now)
 
+    def _critical_path(self) -> dict:
+        """The chain of nodes this rank's iteration waited for, walked back from the node that
+        ended last through the dependency each one waited for; its time split into compute and
+        communication, and the communication node that cost it most (None: none on it)."""
+        chain = []
+        i = self._last
+        while i >= 0:
+            chain.append(i)
+            i = self._after.get(i, -1)
+        compute = comm = 0.0
+        worst, worst_s = None, 0.0
+        for i in chain:
+            n = self.nodes[i]
+            span = self._ended[i] - self._began[i]
+            if n.kind == COMPUTE:
+                compute += span
+            else:
+                comm += span
+                if span > worst_s:
+                    worst, worst_s = n.name, span
+        return {
+            "critical_compute_s": compute,
+            "critical_comm_s": comm,
+            "waited_for": worst,
+            "critical_path": [self.nodes[i].name for i in reversed(chain)][-50:],
+        }
+
     def _finish(self, node: Node, now: float) -> None:
+        self._ended[node.id] = now
+        self._last = node.id
         run = self._running.pop(node.id, None)
         if run is not None:
             self.ctx.emit(
@@ -151,6 +187,9 @@ class TraceRole(Role):
             self._iteration_done(now)
 
     def _start(self, node: Node, now: float) -> None:
+        self._began[node.id] = now
+        if node.deps:
+            self._after[node.id] = max(node.deps, key=self._ended.__getitem__)
         if node.kind == COMPUTE:
             heapq.heappush(self._timers, (now + node.duration_s, node.id))
             return

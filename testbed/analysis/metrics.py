@@ -31,6 +31,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from contracts.stats import percentile
+from testbed.analysis.trace_report import trace_summary
 from testbed.harness.records import FlowRecord, Message, TransportRun
 from testbed.scenario import Event, Expect, Scenario, capacity_mbps, total_bytes
 from topologies.timing import time_scale
@@ -105,6 +106,7 @@ class TransportMetrics:
     ev_bytes: Mapping[str, Sequence[float]] = field(default_factory=dict)
     flows: list[dict[str, Any]] = field(default_factory=list)
     flow_bins: Mapping[str, Sequence[float]] = field(default_factory=dict)  # "h1->h3": Mbps
+    trace: dict[str, Any] | None = None  # a trace workload's iterations and collectives
 
     @property
     def lost_bytes(self) -> int:
@@ -136,6 +138,7 @@ class TransportMetrics:
             "step_time_ms": {k: _r(v) for k, v in self.step_percentiles.items()},
             "flows": self.flows,
             "expectations": self.expectations,
+            **({"trace": self.trace} if self.trace is not None else {}),
         }
 
     def flow_goodput_mbps(self) -> dict[str, float | None]:
@@ -509,6 +512,7 @@ def measure(
             flow_name(src, dst): goodput_series(samples, run.end_s, bin_s)[1]
             for (src, dst), samples in run.flow_deliveries.items()
         },
+        trace=trace_summary(run.trace_iters, run.trace_nodes) if run.trace_iters else None,
     )
     metrics.expectations = check_expectations(
         scenario.expect,

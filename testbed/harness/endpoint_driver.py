@@ -195,6 +195,8 @@ def endpoint_run(
     # A trace's iterations, per iteration: (earliest start, latest end) over the ranks, and
     # how many ranks finished it.
     iters: dict[int, list] = {}
+    trace_iters: list[dict] = []
+    trace_nodes: list[dict] = []
     ev_bins: dict[str, dict[int, float]] = {}
     ev_dt = 0.010
     retirements = 0
@@ -230,6 +232,9 @@ def endpoint_run(
             elif kind == "trace_iter":
                 it = iters.setdefault(r["iteration"], [r["start"], r["end"], 0])
                 it[0], it[1], it[2] = min(it[0], r["start"]), max(it[1], r["end"]), it[2] + 1
+                trace_iters.append({**r, "start": r["start"] - t0, "end": r["end"] - t0})
+            elif kind == "trace_node":
+                trace_nodes.append({**r, "start": r["start"] - t0, "end": r["end"] - t0})
         for r in last.values():
             for k, v in r["retransmits"].items():
                 retransmits[k] = retransmits.get(k, 0) + v
@@ -279,6 +284,8 @@ def endpoint_run(
         flow_deliveries={k: sorted(v) for k, v in sorted(by_flow.items())},
         ev_retirements=retirements,
         qp_errors=qp_errors,
+        trace_iters=trace_iters,
+        trace_nodes=trace_nodes,
     )
 
 

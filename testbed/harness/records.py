@@ -78,3 +78,6 @@ class TransportRun:
     )
     ev_retirements: int = 0  # EVs that went FAILED, over every connection (endpoint transports)
     qp_errors: int = 0  # QPs that spent their retries and failed (roce; mrc with a retry limit)
+    # A trace workload's ranks' records (trace_iter, trace_node), times from the workload's start.
+    trace_iters: Sequence[dict] = ()
+    trace_nodes: Sequence[dict] = ()
