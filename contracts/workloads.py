@@ -136,6 +136,13 @@ class TraceWorkload(StrictModel):
     algorithms: dict[Literal["allreduce", "allgather", "reducescatter", "alltoall"], str] = Field(
         default_factory=dict
     )
+    # A slow GPU: every compute node of these hosts takes this many times its traced time.
+    stragglers: dict[HostName, Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
+        default_factory=dict
+    )
+    # Compute noise: each compute node's time times (1 + compute_jitter x a standard normal
+    # draw), never below zero; drawn from the run's seed, per host, iteration and node.
+    compute_jitter: float = Field(0.0, ge=0, le=1, allow_inf_nan=False)
 
 
 WORKLOAD_MODELS = (
@@ -215,6 +222,11 @@ class TraceJob(StrictModel):
     ranks: Annotated[list[HostName], Field(min_length=1)]
     iterations: int = Field(1, ge=1, le=MAX_STEPS)
     graph: dict
+    stragglers: dict[HostName, Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
+        default_factory=dict
+    )
+    compute_jitter: float = Field(0.0, ge=0, le=1, allow_inf_nan=False)
+    seed: int = 0
 
 
 JOB_MODELS = (BulkJob, PermutationJob, IncastJob, AlltoallJob, FlowsJob, AllreduceJob, TraceJob)
@@ -294,6 +306,12 @@ def check_hosts(workload: StrictModel, hosts: Sequence[str], path: str = "worklo
     elif isinstance(w, AllreduceWorkload | TraceWorkload):
         if w.hosts != "all":
             _check_host_list(f"{path}.hosts", w.hosts, host, minimum=w.min_ranks)
+        if isinstance(w, TraceWorkload):
+            ranks = set(workload_hosts(w, hosts))
+            for name in w.stragglers:
+                host(f"{path}.stragglers.{name}", name)
+                if name not in ranks:
+                    raise WorkloadSpecError(f"{path}.stragglers.{name}", "not one of the ranks")
     elif isinstance(w, PermutationJob):
         if w.pairs is None and len(hosts) < 2:
             raise WorkloadSpecError(path, "a permutation needs two hosts")
@@ -304,6 +322,9 @@ def check_hosts(workload: StrictModel, hosts: Sequence[str], path: str = "worklo
             _check_pair(f"{path}.flows[{i}]", src, dst, host)
     elif isinstance(w, TraceJob):
         _check_host_list(f"{path}.ranks", w.ranks, host, minimum=1)
+        for name in w.stragglers:
+            if name not in w.ranks:
+                raise WorkloadSpecError(f"{path}.stragglers.{name}", "not one of the ranks")
 
 
 def _check_host_list(where: str, names: list[str], host, minimum: int) -> None:

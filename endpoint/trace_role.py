@@ -21,6 +21,7 @@ times across ranks and says which collective held an iteration back.
 from __future__ import annotations
 
 import heapq
+import random
 from dataclasses import dataclass, field
 
 from contracts.trace import COLLECTIVE, COMPUTE, RECV, SEND, Node, TraceGraph
@@ -47,9 +48,23 @@ class _Running:
 
 class TraceRole(Role):
     def __init__(
-        self, ctx: JobContext, graph: TraceGraph, ranks: list[str], host: str, iterations: int
+        self,
+        ctx: JobContext,
+        graph: TraceGraph,
+        ranks: list[str],
+        host: str,
+        iterations: int,
+        slowdown: float = 1.0,
+        jitter: float = 0.0,
+        seed: int = 0,
     ) -> None:
+        """`slowdown` multiplies every compute time of this rank (a slow GPU); `jitter` is the
+        relative standard deviation of each compute time's noise, drawn per iteration and
+        node from `seed` and this rank, so a rerun with the same seed draws the same noise."""
         self.ctx = ctx
+        self.slowdown = slowdown
+        self.jitter = jitter
+        self.seed = seed
         self.graph = graph
         self.ranks = ranks
         self.rank = ranks.index(host)
@@ -191,7 +206,7 @@ class TraceRole(Role):
         if node.deps:
             self._after[node.id] = max(node.deps, key=self._ended.__getitem__)
         if node.kind == COMPUTE:
-            heapq.heappush(self._timers, (now + node.duration_s, node.id))
+            heapq.heappush(self._timers, (now + self._compute_s(node), node.id))
             return
         run = _Running(node, now)
         self._running[node.id] = run
@@ -223,6 +238,13 @@ class TraceRole(Role):
             self._post(run, node.peer, 0, 0, node.nbytes, now)
         else:  # RECV
             self._advance_recv(run, now)
+
+    def _compute_s(self, node: Node) -> float:
+        t = node.duration_s * self.slowdown
+        if self.jitter and t > 0:
+            rng = random.Random(f"{self.seed}:{self.rank}:{self.iteration}:{node.id}")
+            t = max(0.0, t * (1.0 + self.jitter * rng.gauss(0.0, 1.0)))
+        return t
 
     # ----- collectives and point to point ---------------------------------------------------
 

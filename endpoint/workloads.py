@@ -145,7 +145,16 @@ class Job:
                     f"workload.ranks: {len(workload.ranks)} hosts for a graph of {graph.ranks} ranks"
                 )
             self.role = (
-                TraceRole(self, graph, workload.ranks, host, workload.iterations)
+                TraceRole(
+                    self,
+                    graph,
+                    workload.ranks,
+                    host,
+                    workload.iterations,
+                    slowdown=workload.stragglers.get(host, 1.0),
+                    jitter=workload.compute_jitter,
+                    seed=workload.seed,
+                )
                 if host in workload.ranks
                 else IdleRole()
             )

@@ -187,3 +187,75 @@ def test_graphs_that_would_deadlock_or_never_finish_are_refused(ranks, message):
     with pytest.raises(TraceError) as err:
         validate(_graph(*ranks))
     assert str(err.value).startswith(message), str(err.value)
+
+
+# ----- as a scenario's workload -----------------------------------------------------------------
+
+
+def _scenario(tmp_path: Path, workload: dict, transport="mrc") -> Path:
+    import yaml
+
+    p = tmp_path / "sc.yaml"
+    p.write_text(
+        yaml.safe_dump(
+            {
+                "name": "t",
+                "topology": {"spines": 2, "leaves": 4, "hosts_per_leaf": 4, "link_mbps": 100000},
+                "transport": transport,
+                "workload": {"kind": "trace", "time_unit": "ns", **workload},
+                "duration_s": 0.05,
+            }
+        )
+    )
+    return p
+
+
+def test_a_scenario_finds_its_trace_beside_it_and_its_traffic_comes_from_the_schedules(tmp_path):
+    from testbed.scenario import flows, load_scenario, quick, total_bytes
+
+    (tmp_path / "w.txt").write_text((TRACES / "hybrid-tp-dp.txt").read_text())
+    sc = load_scenario(_scenario(tmp_path, {"file": "w.txt", "iterations": 4}))
+    assert sc.workload.file == str(tmp_path / "w.txt")
+    fl = {(f.src, f.dst): f.bytes for f in flows(sc)}
+    # Tensor parallel: 8 all-reduces of 256 KiB per iteration in rings of 4 (the hosts of a
+    # leaf): 2 x 3/4 x 256 KiB each per hop. Data parallel: 6 MiB of gradients in rings of 4.
+    assert fl[("h1", "h2")] == 8 * 2 * 3 * 262144 // 4
+    assert fl[("h1", "h5")] == 2 * 3 * (2 * 1048576 + 2 * 2097152) // 4
+    assert total_bytes(sc) == 4 * sum(fl.values())
+    assert quick(sc).workload.iterations == 1
+
+
+@pytest.mark.parametrize(
+    ("workload", "transport", "path", "reason"),
+    [
+        ({"file": "nope.txt"}, "mrc", "workload.file", "cannot read"),
+        ({"file": "moe.txt"}, "tcp", "workload.kind", "tcp is a kernel transport"),
+        (
+            {"file": "moe.txt", "time_unit": "cycles"},
+            "mrc",
+            "workload.cycle_ghz",
+            "needs the clock",
+        ),
+        (
+            {"file": "moe.txt", "stragglers": {"h99": 2}},
+            "mrc",
+            "workload.stragglers.h99",
+            "no host named h99",
+        ),
+        (
+            {"file": "moe.txt", "hosts": ["h1", "h2"]},
+            "mrc",
+            "workload.file",
+            "all_gpus: 16 in the file",
+        ),
+    ],
+)
+def test_a_bad_trace_scenario_fails_before_anything_is_built(
+    tmp_path, workload, transport, path, reason
+):
+    from testbed.scenario import ScenarioError, load_scenario
+
+    (tmp_path / "moe.txt").write_text((TRACES / "moe.txt").read_text())
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(_scenario(tmp_path, workload, transport))
+    assert any(i.path == path and reason in i.reason for i in err.value.issues), str(err.value)

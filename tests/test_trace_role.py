@@ -210,3 +210,101 @@ def test_a_graph_that_cannot_run_is_refused_when_the_job_is_made():
     spec = {"kind": "trace", "ranks": ["h1"], "graph": graph_to_dict(g)}
     with pytest.raises(WorkloadError, match=r"^workload.ranks: 1 hosts for a graph of 2 ranks$"):
         Job(1, spec, "h1", ["h1", "h2"], Endpoint(TransportConfig()), TransportConfig())
+
+
+def _summary(records: list[dict]) -> dict:
+    from testbed.analysis.trace_report import trace_summary
+
+    iters = [r for r in records if r["type"] == "trace_iter"]
+    nodes = [r for r in records if r["type"] == "trace_node"]
+    return trace_summary(iters, nodes)
+
+
+def _run_with(
+    graph: TraceGraph, hosts: list[str], extra: dict, iterations: int = 2, bottleneck=None
+):
+    net = SimNet(seed=1, default_path=PathSpec(delay=3e-6))
+    eps = {h: net.add_endpoint(h, Endpoint(CFG)) for h in hosts}
+    for h in hosts:
+        net.set_bottleneck(h, GBPS10)
+    if bottleneck is not None:
+        net.set_bottleneck(*bottleneck)
+    records: list[dict] = []
+    spec = {
+        "kind": "trace",
+        "ranks": hosts,
+        "iterations": iterations,
+        "graph": graph_to_dict(graph),
+        **extra,
+    }
+    jobs = {h: Job(1, spec, h, hosts, eps[h], CFG, emit=records.append) for h in hosts}
+    for j in jobs.values():
+        j.go(net.now)
+
+    def done() -> bool:
+        for h, ep in eps.items():
+            for d in ep.take_deliveries():
+                jobs[h].on_delivery(d)
+            for c in ep.take_completions():
+                jobs[h].on_completion(c)
+        for j in jobs.values():
+            j.poll(net.now)
+        return all(j.done for j in jobs.values())
+
+    ok = False
+    while not ok and net.now < 1.0:
+        deadlines = [d for j in jobs.values() if (d := j.next_deadline()) is not None]
+        ok = net.run(min([1.0, net.now + 0.0005, *deadlines]), stop=done)
+    assert ok
+    return records
+
+
+def _layer_graph(n: int = 4) -> TraceGraph:
+    """Compute 300 us, then a 200 kB all-reduce (~0.25 ms at 10 Gbps), then 100 us more."""
+    return _spmd(
+        n,
+        [
+            Node(0, "fwd", COMPUTE, duration_s=300e-6),
+            _coll(1, nbytes=200_000, deps=(0,)),
+            Node(2, "bwd", COMPUTE, (1,), duration_s=100e-6),
+        ],
+    )
+
+
+def test_a_slow_gpu_is_reported_as_a_straggler_not_as_the_network():
+    records = _run_with(_layer_graph(), _hosts(4), {"stragglers": {"h3": 3.0}})
+    for it in _summary(records)["iterations"]:
+        assert it["held_by"] == "straggler" and it["straggler_rank"] == 2, it
+    # Compute of the others is what the trace says; rank 2's is three times it.
+    fwd = {
+        r["rank"]: r["start"] for r in records if r["type"] == "trace_node" and r["iteration"] == 0
+    }
+    assert fwd[2] == pytest.approx(900e-6) and fwd[0] == pytest.approx(300e-6)
+
+
+def test_a_slow_link_is_reported_as_the_network_and_names_the_collective():
+    # h3's receive link at 1 Gbps: every transfer into it is ten times slower.
+    records = _run_with(_layer_graph(), _hosts(4), {}, bottleneck=("h3", Bottleneck(rate_bps=1e9)))
+    for it in _summary(records)["iterations"]:
+        assert it["held_by"] == "network" and it["waited_for"] == "allreduce1", it
+        assert it["straggler_rank"] is None
+
+
+def test_a_healthy_iteration_is_compute_bound_when_compute_dominates():
+    g = _spmd(4, [Node(0, "fwd", COMPUTE, duration_s=2e-3), _coll(1, nbytes=10_000, deps=(0,))])
+    for it in _summary(_run_with(g, _hosts(4), {}))["iterations"]:
+        assert it["held_by"] == "compute" and it["critical_ms"]["compute"] == pytest.approx(2.0)
+
+
+def test_compute_jitter_is_seeded_noise_around_the_traced_time():
+    g = _spmd(2, [Node(0, "c", COMPUTE, duration_s=100e-6)])
+    a = _run_with(g, _hosts(2), {"compute_jitter": 0.2, "seed": 7}, iterations=20)
+    b = _run_with(g, _hosts(2), {"compute_jitter": 0.2, "seed": 7}, iterations=20)
+    c = _run_with(g, _hosts(2), {"compute_jitter": 0.2, "seed": 8}, iterations=20)
+
+    def times(recs):
+        return [r["end"] - r["start"] for r in recs if r["type"] == "trace_iter"]
+
+    assert times(a) == times(b) and times(a) != times(c)
+    mean = sum(times(a)) / len(times(a))
+    assert 80e-6 < mean < 120e-6 and max(times(a)) - min(times(a)) > 20e-6

@@ -70,4 +70,7 @@ def trace_job(sc: Scenario) -> dict:
         "ranks": workload_hosts(w, sc.hosts()),
         "iterations": w.iterations,
         "graph": graph_to_dict(trace_graph(sc)),
+        "stragglers": dict(w.stragglers),
+        "compute_jitter": w.compute_jitter,
+        "seed": sc.seed,
     }
