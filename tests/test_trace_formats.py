@@ -217,10 +217,10 @@ def test_a_scenario_finds_its_trace_beside_it_and_its_traffic_comes_from_the_sch
     sc = load_scenario(_scenario(tmp_path, {"file": "w.txt", "iterations": 4}))
     assert sc.workload.file == str(tmp_path / "w.txt")
     fl = {(f.src, f.dst): f.bytes for f in flows(sc)}
-    # Tensor parallel: 8 all-reduces of 256 KiB per iteration in rings of 4 (the hosts of a
-    # leaf): 2 x 3/4 x 256 KiB each per hop. Data parallel: 6 MiB of gradients in rings of 4.
-    assert fl[("h1", "h2")] == 8 * 2 * 3 * 262144 // 4
-    assert fl[("h1", "h5")] == 2 * 3 * (2 * 1048576 + 2 * 2097152) // 4
+    # Tensor parallel: 8 all-reduces of 64 KiB per iteration in rings of 4 (the hosts of a
+    # leaf): 2 x 3/4 x 64 KiB each per hop. Data parallel: 1.5 MiB of gradients in rings of 4.
+    assert fl[("h1", "h2")] == 8 * 2 * 3 * 65536 // 4
+    assert fl[("h1", "h5")] == 2 * 3 * (2 * 262144 + 2 * 524288) // 4
     assert total_bytes(sc) == 4 * sum(fl.values())
     assert quick(sc).workload.iterations == 1
 

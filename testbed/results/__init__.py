@@ -38,6 +38,7 @@ class Results(Mapping[str, pd.DataFrame]):
     steps: pd.DataFrame
     flows: pd.DataFrame
     ev_events: pd.DataFrame
+    collectives: pd.DataFrame
     switch_counters: pd.DataFrame
     runs: pd.DataFrame
     sweep_keys: tuple[str, ...] = field(default=())

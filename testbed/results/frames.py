@@ -9,7 +9,8 @@ gives no rows, never an exception. The sources, per frame:
   transport, is read as the transports' totals);
 - steps: step_times.csv; flows and runs: summary.json;
 - ev_events: the ``ev`` records of raw/<transport>/endpoints/<host>.jsonl, timed from the job's
-  ``go`` (the workload's t0, as every other time of the run);
+  ``go`` (the workload's t0, as every other time of the run); collectives: their
+  ``trace_node`` records (a trace workload's), timed alike;
 - switch_counters: raw/<transport>/switch_counters.json (what `testbed counters` showed at the
   end of the run).
 """
@@ -136,6 +137,43 @@ def ev_events(leaf: Leaf) -> pd.DataFrame | None:
     return pd.DataFrame(rows) if rows else None
 
 
+def collectives(leaf: Leaf) -> pd.DataFrame | None:
+    """A trace workload's collectives and point-to-point nodes: one row per node per rank per
+    iteration (the ``trace_node`` records), timed from the job's go."""
+    rows = []
+    for transport, raw in _transport_dirs(leaf):
+        files = sorted((raw / "endpoints").glob("*.jsonl"))
+        records = {f.stem: list(_jsonl(f)) for f in files}
+        gos = [
+            r["t"]
+            for recs in records.values()
+            for r in recs
+            if r.get("type") == "job" and r.get("event") == "go"
+        ]
+        t0 = min(gos) if gos else _go_from_status(raw)
+        for host, recs in records.items():
+            for r in recs:
+                if r.get("type") != "trace_node":
+                    continue
+                start = r["start"] - t0 if t0 is not None else math.nan
+                end = r["end"] - t0 if t0 is not None else math.nan
+                rows.append(
+                    {
+                        "transport": transport,
+                        "iteration": r.get("iteration"),
+                        "rank": r.get("rank"),
+                        "host": host,
+                        "name": r.get("name"),
+                        "kind": r.get("kind"),
+                        "start_s": start,
+                        "end_s": end,
+                        "ms": (r["end"] - r["start"]) * 1e3,
+                        "bytes": r.get("bytes"),
+                    }
+                )
+    return pd.DataFrame(rows) if rows else None
+
+
 def _go_from_status(raw: Path) -> float | None:
     """The workload's t0 from job_status.json (the earliest host's go), if the records lack it."""
     try:
@@ -225,6 +263,7 @@ BUILDERS = {
     "steps": steps,
     "flows": flows,
     "ev_events": ev_events,
+    "collectives": collectives,
     "switch_counters": switch_counters,
     "runs": runs,
 }

@@ -52,6 +52,17 @@ FRAMES: dict[str, dict[str, str]] = {
         "state": "string",
         "reason": "string",
     },
+    "collectives": {
+        "iteration": "Int64",
+        "rank": "Int64",
+        "host": "string",
+        "name": "string",
+        "kind": "string",
+        "start_s": "float64",
+        "end_s": "float64",
+        "ms": "float64",
+        "bytes": "Int64",
+    },
     "switch_counters": {
         "switch": "string",
         "port": "string",
