@@ -113,9 +113,29 @@ def comparison_rows(
             "trims": str(e.get("trims", 0)),
             "expectations": verdict,
         }
+        if any(x.get("trace") for x in summary["transports"].values()):
+            cells["iterations held by"] = _held_by_cell(e.get("trace"))
         for label, cell in cells.items():
             rows.setdefault(label, []).append(cell)
     return names, list(rows.items())
+
+
+def _held_by_cell(trace: Mapping[str, Any] | None) -> str:
+    """What held a trace's iterations back, counted (summary.json's `trace.iterations`), and
+    the slowest iteration's collective or straggler: "network 2, compute 6; P100: mlp1.wg..."."""
+    if not trace or not trace.get("iterations"):
+        return "—"
+    its = trace["iterations"]
+    counts: dict[str, int] = {}
+    for it in its:
+        counts[it["held_by"]] = counts.get(it["held_by"], 0) + 1
+    worst = max(its, key=lambda it: it["ms"])
+    why = {
+        "network": f"{worst.get('waited_for')}",
+        "straggler": f"rank {worst.get('straggler_rank')} late",
+        "compute": "compute",
+    }[worst["held_by"]]
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + f"; slowest: {why}"
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
