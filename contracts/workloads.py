@@ -124,11 +124,12 @@ class TraceWorkload(StrictModel):
     min_ranks: ClassVar[int] = 1
 
     kind: Literal["trace"]
+    # astra-text: the file; chakra: the files' prefix (`<file>.<rank>.et`).
     file: Annotated[str, Field(min_length=1)]
-    format: Literal["astra-text"] = "astra-text"
-    # What the file's compute times count (the format does not say: ASTRA-sim reads cycles,
-    # AICB writes nanoseconds); `cycles` needs `cycle_ghz`.
-    time_unit: Literal["ns", "us", "ms", "cycles"]
+    format: Literal["astra-text", "chakra"] = "astra-text"
+    # What an astra-text file's compute times count (the format does not say: ASTRA-sim reads
+    # cycles, AICB writes nanoseconds); `cycles` needs `cycle_ghz`. Chakra's are microseconds.
+    time_unit: Literal["ns", "us", "ms", "cycles"] | None = None
     cycle_ghz: float | None = Field(None, gt=0, allow_inf_nan=False)
     iterations: int = Field(1, ge=1, le=MAX_STEPS)
     hosts: Hosts = "all"

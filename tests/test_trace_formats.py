@@ -259,3 +259,121 @@ def test_a_bad_trace_scenario_fails_before_anything_is_built(
     with pytest.raises(ScenarioError) as err:
         load_scenario(_scenario(tmp_path, workload, transport))
     assert any(i.path == path and reason in i.reason for i in err.value.issues), str(err.value)
+
+
+# ----- Chakra execution traces ------------------------------------------------------------------
+
+
+def _semantics(g: TraceGraph) -> list:
+    """What a run depends on, per rank: each node's kind, dependencies, duration, collective,
+    bytes, peer and tag, and its collective's members (ids of instances may differ)."""
+    out = []
+    for nodes in g.nodes:
+        out.append(
+            [
+                (
+                    n.id,
+                    n.kind,
+                    n.deps,
+                    round(n.duration_s * 1e6),
+                    n.collective,
+                    n.nbytes,
+                    g.groups.get(n.group),
+                    n.peer,
+                    n.tag,
+                )  # fmt: skip
+                for n in nodes
+            ]
+        )
+    return out
+
+
+def test_the_shipped_chakra_example_reads_as_the_text_trace_it_was_written_from():
+    from testbed.scenario.chakra import read_chakra
+
+    text = read_astra_text(TRACES / "moe.txt", 16, "ns")
+    chakra = read_chakra(TRACES / "chakra" / "moe", 16)
+    assert _semantics(chakra) == _semantics(text)
+    assert chakra.meta == {"format": "chakra", "version": "0.0.4"}
+
+
+def test_chakra_round_trip_with_point_to_point_and_every_collective(tmp_path):
+    from testbed.scenario.chakra import read_chakra, write_chakra
+
+    nodes = [
+        Node(0, "c", COMPUTE, duration_s=12e-6),
+        Node(1, "ar", COLLECTIVE, (0,), collective="allreduce", group="all", comm="x", nbytes=64),
+        Node(2, "ag", COLLECTIVE, (1,), collective="allgather", group="all", comm="y", nbytes=8),
+        Node(
+            3, "rs", COLLECTIVE, (1,), collective="reducescatter", group="all", comm="z", nbytes=8
+        ),
+        Node(4, "a2a", COLLECTIVE, (2, 3), collective="alltoall", group="all", comm="w", nbytes=8),
+    ]
+    p2p = [
+        (Node(5, "s", SEND, (4,), peer=1, nbytes=100, tag=9),),
+        (Node(5, "r", RECV, (4,), peer=0, nbytes=100, tag=9),),
+    ]
+    g = TraceGraph("t", 2, {"all": (0, 1)}, (tuple(nodes) + p2p[0], tuple(nodes) + p2p[1]))
+    write_chakra(validate(g), tmp_path / "job")
+    back = read_chakra(tmp_path / "job", 2)
+    assert _semantics(back) == _semantics(g)
+
+
+def _chakra_files(tmp_path: Path, node_attrs: dict, ranks: int = 2) -> Path:
+    from testbed.scenario.chakra import COMM_COLL_NODE, _types, _varint
+
+    meta_t, node_t, attr_t = _types()
+    for r in range(ranks):
+        n = node_t(id=1, name="x", type=COMM_COLL_NODE)
+        for k, v in node_attrs.items():
+            n.attr.append(attr_t(name=k, int64_val=v))
+        recs = [meta_t(version="0.0.4").SerializeToString(), n.SerializeToString()]
+        (tmp_path / f"t.{r}.et").write_bytes(b"".join(_varint(len(b)) + b for b in recs))
+    return tmp_path / "t"
+
+
+@pytest.mark.parametrize(
+    ("attrs", "message"),
+    [
+        ({"comm_type": 5, "comm_size": 8}, "node 1 (x): comm_type: BROADCAST is not run here"),
+        ({"comm_type": 0}, "node 1 (x): comm_size: missing (the bytes it moves)"),
+    ],
+)
+def test_a_chakra_node_this_reader_cannot_run_is_named(tmp_path, attrs, message):
+    from testbed.scenario.chakra import read_chakra
+
+    prefix = _chakra_files(tmp_path, attrs)
+    with pytest.raises(TraceError) as err:
+        read_chakra(prefix, 2)
+    assert str(err.value) == f"{prefix}.0.et: {message}" + (
+        " (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL are)"
+        if "BROADCAST" in message
+        else ""
+    )
+
+
+def test_missing_and_truncated_chakra_files(tmp_path):
+    from testbed.scenario.chakra import read_chakra
+
+    prefix = _chakra_files(tmp_path, {"comm_type": 0, "comm_size": 8})
+    with pytest.raises(TraceError, match=r"t\.2\.et: rank 2: no such file \(one file per rank\)$"):
+        read_chakra(prefix, 3)
+    data = (tmp_path / "t.1.et").read_bytes()
+    (tmp_path / "t.1.et").write_bytes(data[:-3])
+    with pytest.raises(
+        TraceError, match=r"t\.1\.et: byte \d+: a record of \d+ bytes runs past the end$"
+    ):
+        read_chakra(prefix, 2)
+
+
+def test_a_chakra_scenario_loads(tmp_path):
+    import shutil
+
+    from testbed.scenario import flows, load_scenario
+
+    shutil.copytree(TRACES / "chakra", tmp_path / "chakra")
+    p = _scenario(tmp_path, {"file": "chakra/moe", "format": "chakra", "time_unit": None})
+    text = p.read_text().replace("  time_unit: null\n", "")
+    p.write_text(text)
+    sc = load_scenario(p)
+    assert sc.workload.format == "chakra" and len(flows(sc)) > 0

@@ -11,10 +11,11 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from contracts.trace import SEND, TraceGraph, graph_to_dict
+from contracts.trace import SEND, TraceError, TraceGraph, graph_to_dict
 from contracts.workloads import Flow, TraceWorkload, workload_hosts
 from endpoint.collectives import schedule
 from testbed.scenario.astra_text import read_astra_text
+from testbed.scenario.chakra import read_chakra
 from testbed.scenario.schema import Scenario
 
 
@@ -24,17 +25,23 @@ def trace_graph(sc: Scenario) -> TraceGraph:
     w = sc.workload
     assert isinstance(w, TraceWorkload)
     ranks = len(workload_hosts(w, sc.hosts()))
-    path = Path(w.file)
+    path = Path(w.file if w.format == "astra-text" else f"{w.file}.0.et")
     try:
         version = path.stat().st_mtime_ns
     except OSError:
-        version = -1  # read_astra_text reports the file it cannot read
+        version = -1  # the reader reports the file it cannot read
     algorithms = tuple(sorted(w.algorithms.items()))
-    return _read(str(path), version, ranks, w.time_unit, w.cycle_ghz, algorithms)
+    return _read(w.format, w.file, version, ranks, w.time_unit, w.cycle_ghz, algorithms)
 
 
 @lru_cache(maxsize=8)
-def _read(path: str, _version: int, ranks: int, unit: str, ghz, algorithms: tuple) -> TraceGraph:
+def _read(
+    fmt: str, path: str, _version: int, ranks: int, unit, ghz, algorithms: tuple
+) -> TraceGraph:
+    if fmt == "chakra":
+        return read_chakra(path, ranks, dict(algorithms))
+    if unit is None:
+        raise TraceError("time_unit: the astra-text format does not say what its times count")
     return read_astra_text(path, ranks, unit, ghz, dict(algorithms))
 
 

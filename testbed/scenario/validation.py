@@ -304,6 +304,10 @@ def _check_workload(sc: Scenario, fabric: Fabric) -> None:
             )
         if w.time_unit == "cycles" and w.cycle_ghz is None:
             raise ScenarioError("workload.cycle_ghz", "time_unit cycles needs the clock in GHz")
+        if w.format == "astra-text" and w.time_unit is None:
+            raise ScenarioError(
+                "workload.time_unit", "say what the file's times count: ns, us, ms or cycles"
+            )
         try:
             trace_graph(sc)
         except TraceError as exc:
