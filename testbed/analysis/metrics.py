@@ -107,6 +107,8 @@ class TransportMetrics:
     flows: list[dict[str, Any]] = field(default_factory=list)
     flow_bins: Mapping[str, Sequence[float]] = field(default_factory=dict)  # "h1->h3": Mbps
     trace: dict[str, Any] | None = None  # a trace workload's iterations and collectives
+    # ... and the ranks' records it came from (trace_iter, trace_node), for the timeline plot.
+    trace_records: tuple[Sequence[dict], Sequence[dict]] = ((), ())
 
     @property
     def lost_bytes(self) -> int:
@@ -513,6 +515,7 @@ def measure(
             for (src, dst), samples in run.flow_deliveries.items()
         },
         trace=trace_summary(run.trace_iters, run.trace_nodes) if run.trace_iters else None,
+        trace_records=(run.trace_iters, run.trace_nodes),
     )
     metrics.expectations = check_expectations(
         scenario.expect,

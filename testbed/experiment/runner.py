@@ -51,6 +51,7 @@ from testbed.analysis.metrics import (
 from testbed.analysis.path_share import summary_entry as path_share_entry
 from testbed.analysis.plots import PLOT_FORMATS, event_marks, plot_run
 from testbed.analysis.report import write_report, write_summary, write_timeseries_csv
+from testbed.analysis.trace_plots import plot_timelines
 from testbed.analysis.validity import Thresholds, banner, is_valid, judge
 from testbed.experiment.calibration import load_budget
 from testbed.experiment.dilation import (
@@ -298,6 +299,11 @@ def _run_all(
         queue_interval_ms=intervals[0] * 1000 if intervals else None,
         title=f"{sc.name} ({transports[0]})" if len(transports) == 1 else sc.name,
         fmt=plot_format,
+    )
+    plots.update(
+        plot_timelines(
+            out_dir, metrics, events=event_marks(first.applied), title=sc.name, fmt=plot_format
+        )  # fmt: skip
     )
     write_report(out_dir, summary, scenario=sc, metrics=metrics, plots=plots)
     warning = emulation_warning(emulation)
