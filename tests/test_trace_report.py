@@ -49,3 +49,28 @@ def test_the_table_cell_counts_causes_and_names_the_slowest():
     ]}  # fmt: skip
     assert _held_by_cell(trace) == "compute 1, network 1; slowest: mlp1.wg.allreduce"
     assert _held_by_cell(None) == "—"
+
+
+def test_the_timeline_draws_every_rank_and_marks_the_failure(tmp_path):
+    import matplotlib.image
+
+    from testbed.analysis.trace_plots import plot_iteration_timeline
+
+    iters = [_iter(r, k * 1e-3, (k + 1) * 1e-3, [], 0, it=k) for r in range(4) for k in range(3)]
+    nodes = [_node(r, f"L0.{p}.allreduce", k * 1e-3 + 0.1e-3 * (j + 1), k * 1e-3 + 0.1e-3 * (j + 1.5), it=k)
+             for r in range(4) for k in range(3) for j, p in enumerate(("fwd", "ig", "wg"))]  # fmt: skip
+    path = plot_iteration_timeline(
+        iters, nodes, tmp_path / "t.png", events=[(1.5e-3, "blackhole spine1-leaf2")]
+    )
+    img = matplotlib.image.imread(path)
+    assert img.shape[0] > 100 and img.shape[1] > 500
+    # The three phase colours are drawn (forward blue, input gradient orange, weight green).
+    rgb = {
+        tuple((img[y, x, :3] * 255).round().astype(int))
+        for y in range(img.shape[0])
+        for x in range(0, img.shape[1], 3)
+    }
+    for colour in ((0x4C, 0x72, 0xB0), (0xDD, 0x84, 0x52), (0x55, 0xA8, 0x68)):
+        assert any(sum(abs(a - b) for a, b in zip(c, colour, strict=True)) < 12 for c in rgb), (
+            colour
+        )
