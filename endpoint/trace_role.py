@@ -41,6 +41,7 @@ class _Running:
     posted: list[int] = field(default_factory=list)  # rounds posted, per lane
     got: list[int] = field(default_factory=list)  # receives counted, per lane (in order)
     expect: list[list[tuple[int, int]]] = field(default_factory=list)  # per lane: (peer, seq)
+    before: list[list[int]] = field(default_factory=list)  # per lane: receives before round k
     sent_seq: dict[tuple[int, int], int] = field(default_factory=dict)  # (lane, peer) -> next
     unacked: int = 0
     nbytes: int = 0
@@ -226,11 +227,14 @@ class TraceRole(Role):
             for lane in sched.lanes:
                 seen: dict[int, int] = {}
                 expect = []
+                before = []
                 for rd in lane[me]:
+                    before.append(len(expect))
                     for p in rd.recvs:
                         expect.append((members[p], seen.get(p, 0)))
                         seen[p] = seen.get(p, 0) + 1
                 run.expect.append(expect)
+                run.before.append(before)
             self._advance(run, now)
         elif node.kind == SEND:
             run.unacked = 1
@@ -268,9 +272,10 @@ class TraceRole(Role):
                     break
                 arrived.discard((lane_i, peer, seq))
                 run.got[lane_i] += 1
+            before = run.before[lane_i]
             while run.posted[lane_i] < len(rounds):
                 k = run.posted[lane_i]
-                if run.got[lane_i] < sum(len(rd.recvs) for rd in rounds[:k]):
+                if run.got[lane_i] < before[k]:
                     break
                 for send in rounds[k].sends:
                     peer = run.members[send.peer]
