@@ -134,7 +134,7 @@ def test_host_that_does_not_exist():
         ({"topology.ecn_kb": 100}, "topology.ecn_kb: must be in (0, queue_kb=64], got 100.0"),
         (
             {"workload.kind": "bulkk"},
-            "workload.kind: unknown kind 'bulkk' (one of bulk, permutation, incast, alltoall, allreduce)",
+            "workload.kind: unknown kind 'bulkk' (one of bulk, permutation, incast, alltoall, allreduce, trace)",
         ),
         ({"workload.kind": ...}, "workload.kind: required"),
         ({"workload.srcc": "h1"}, "workload.srcc: unknown key (did you mean 'src'?)"),
