@@ -1,7 +1,8 @@
 """The iteration timeline of a trace workload: ranks by time, what each was doing.
 
 One row per rank; each iteration a pale band, each collective a bar coloured by its phase
-(forward, input gradient, weight gradient, or its kind when the trace's names do not say), the
+(forward, input gradient, weight gradient, or its kind when the trace's names do not say;
+weight-gradient ones, which overlap the backward pass, in the row's lower half), the
 failures and repairs as the goodput plot marks them. The gaps between bars are compute. What
 a failure delayed, and whether the iteration waited for it, is there to see.
 """
@@ -49,9 +50,12 @@ def plot_iteration_timeline(
             zorder=0,
         )
     for n in nodes:
+        # Weight-gradient collectives run beside the rest of the backward pass: the lower half
+        # of the row, so that they do not hide the collectives the compute waits for.
+        lower = ".wg" in n["name"]
         ax.broken_barh(
             [(n["start"] * 1e3, max((n["end"] - n["start"]) * 1e3, 1e-6))],
-            (n["rank"] - 0.35, 0.7),
+            (n["rank"] + (0.02 if lower else -0.4), 0.38),
             facecolors=_colour(n["name"], n["kind"]),
             edgecolors="none",
             zorder=2,
