@@ -40,12 +40,12 @@ def test_a_real_run_loads_as_typed_long_frames(run_dir):
         assert list(df.columns) == [*ID_COLUMNS, *own], name
         for col, dtype in {**ID_COLUMNS, **own}.items():
             assert df[col].dtype == pd.api.types.pandas_dtype(dtype), (name, col, df[col].dtype)
-        if name != "steps":  # a bulk transfer has no all-reduce steps
+        if name not in ("steps", "collectives"):  # a bulk transfer: no steps, no trace
             assert not df.empty, name
         assert set(df["run"]) <= {"."} and set(df["seed"]) <= {summary["seed"]}, name
         assert df["rep"].isna().all(), name
         assert set(df["transport"]) <= set(summary["transports"]), name
-    assert res.steps.empty
+    assert res.steps.empty and res.collectives.empty
 
     runs = res.runs.set_index("transport")
     assert sorted(runs.index) == ["mrc", "tcp"]
