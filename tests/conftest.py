@@ -83,11 +83,15 @@ def drive_jobs(net, eps: dict, jobs: dict, until: float = 5.0) -> bool:
                 jobs[h].on_delivery(d)
             for c in ep.take_completions():
                 jobs[h].on_completion(c)
+        for j in jobs.values():
+            j.poll(net.now)  # roles that wait in virtual time (a trace's compute)
         return all(j.done for j in jobs.values())
 
     ok = False
     while not ok and net.now < until:
-        ok = net.run(min(until, net.now + 0.002), stop=done)
+        # A slice also ends at the next job timer, so a compute node ends at its deadline.
+        deadlines = [d for j in jobs.values() if (d := j.next_deadline()) is not None]
+        ok = net.run(min([until, net.now + 0.002, *deadlines]), stop=done)
     return ok
 
 

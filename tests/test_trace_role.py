@@ -16,6 +16,7 @@ from endpoint.simnet import Bottleneck, PathSpec, SimNet
 from endpoint.transport import Endpoint
 from endpoint.workloads import Job, WorkloadError
 from testbed.harness.transport_timing import transport_timing
+from tests.conftest import drive_jobs
 from topologies import TopologyParams
 
 # A 10 Gbps leaf-spine with 1 us links (3 us one way host to host), its transport's timing.
@@ -24,22 +25,33 @@ CFG = TransportConfig(**transport_timing(DC, 5000), line_rate_bps=10e9)
 GBPS10 = Bottleneck(rate_bps=10e9)
 
 
-def _run(graph: TraceGraph, hosts: list[str], iterations: int = 2, until: float = 1.0, posts=None):
-    """Every host runs the trace; returns (all done, jobs, records). `posts`, a list, collects
-    (host, virtual time) of every message a job posts."""
+def _run(
+    graph: TraceGraph,
+    hosts: list[str],
+    iterations: int = 2,
+    until: float = 1.0,
+    posts=None,
+    extra: dict | None = None,
+    bottleneck=None,
+):
+    """Every host runs the trace (with `extra` trace-job keys: stragglers, jitter, seed; and
+    `bottleneck`, (host, Bottleneck), on one host's link); returns (all done, jobs, records).
+    `posts`, a list, collects (host, virtual time) of every message a job posts."""
     net = SimNet(seed=1, default_path=PathSpec(delay=3e-6))
-    cfg = CFG
-    eps = {h: net.add_endpoint(h, Endpoint(cfg)) for h in hosts}
+    eps = {h: net.add_endpoint(h, Endpoint(CFG)) for h in hosts}
     for h in hosts:
         net.set_bottleneck(h, GBPS10)
+    if bottleneck is not None:
+        net.set_bottleneck(*bottleneck)
     records: list[dict] = []
     spec = {
         "kind": "trace",
         "ranks": hosts,
         "iterations": iterations,
         "graph": graph_to_dict(graph),
+        **(extra or {}),
     }
-    jobs = {h: Job(1, spec, h, hosts, eps[h], cfg, emit=records.append) for h in hosts}
+    jobs = {h: Job(1, spec, h, hosts, eps[h], CFG, emit=records.append) for h in hosts}
     if posts is not None:
         for h, j in jobs.items():
             j.send = lambda peer, data, now, h=h, send=j.send: (
@@ -47,22 +59,7 @@ def _run(graph: TraceGraph, hosts: list[str], iterations: int = 2, until: float 
             )
     for j in jobs.values():
         j.go(net.now)
-
-    def done() -> bool:
-        for h, ep in eps.items():
-            for d in ep.take_deliveries():
-                jobs[h].on_delivery(d)
-            for c in ep.take_completions():
-                jobs[h].on_completion(c)
-        for j in jobs.values():
-            j.poll(net.now)
-        return all(j.done for j in jobs.values())
-
-    ok = False
-    while not ok and net.now < until:
-        deadlines = [d for j in jobs.values() if (d := j.next_deadline()) is not None]
-        ok = net.run(min([until, net.now + 0.0005, *deadlines]), stop=done)
-    return ok, jobs, records
+    return drive_jobs(net, eps, jobs, until), jobs, records
 
 
 def _hosts(n: int) -> list[str]:
@@ -223,38 +220,7 @@ def _summary(records: list[dict]) -> dict:
 def _run_with(
     graph: TraceGraph, hosts: list[str], extra: dict, iterations: int = 2, bottleneck=None
 ):
-    net = SimNet(seed=1, default_path=PathSpec(delay=3e-6))
-    eps = {h: net.add_endpoint(h, Endpoint(CFG)) for h in hosts}
-    for h in hosts:
-        net.set_bottleneck(h, GBPS10)
-    if bottleneck is not None:
-        net.set_bottleneck(*bottleneck)
-    records: list[dict] = []
-    spec = {
-        "kind": "trace",
-        "ranks": hosts,
-        "iterations": iterations,
-        "graph": graph_to_dict(graph),
-        **extra,
-    }
-    jobs = {h: Job(1, spec, h, hosts, eps[h], CFG, emit=records.append) for h in hosts}
-    for j in jobs.values():
-        j.go(net.now)
-
-    def done() -> bool:
-        for h, ep in eps.items():
-            for d in ep.take_deliveries():
-                jobs[h].on_delivery(d)
-            for c in ep.take_completions():
-                jobs[h].on_completion(c)
-        for j in jobs.values():
-            j.poll(net.now)
-        return all(j.done for j in jobs.values())
-
-    ok = False
-    while not ok and net.now < 1.0:
-        deadlines = [d for j in jobs.values() if (d := j.next_deadline()) is not None]
-        ok = net.run(min([1.0, net.now + 0.0005, *deadlines]), stop=done)
+    ok, _jobs, records = _run(graph, hosts, iterations, extra=extra, bottleneck=bottleneck)
     assert ok
     return records
 

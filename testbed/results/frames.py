@@ -104,18 +104,23 @@ def _transport_dirs(leaf: Leaf) -> Iterator[tuple[str, Path]]:
             yield transport, raw
 
 
+def _endpoint_records(raw: Path) -> tuple[dict[str, list[dict[str, Any]]], float | None]:
+    """Every endpoint's records by host, and the workload's t0 (the earliest `go`)."""
+    files = sorted((raw / "endpoints").glob("*.jsonl"))
+    records = {f.stem: list(_jsonl(f)) for f in files}
+    gos = [
+        r["t"]
+        for recs in records.values()
+        for r in recs
+        if r.get("type") == "job" and r.get("event") == "go"
+    ]
+    return records, min(gos) if gos else _go_from_status(raw)
+
+
 def ev_events(leaf: Leaf) -> pd.DataFrame | None:
     rows = []
     for transport, raw in _transport_dirs(leaf):
-        files = sorted((raw / "endpoints").glob("*.jsonl"))
-        records = {f.stem: list(_jsonl(f)) for f in files}
-        gos = [
-            r["t"]
-            for recs in records.values()
-            for r in recs
-            if r.get("type") == "job" and r.get("event") == "go"
-        ]
-        t0 = min(gos) if gos else _go_from_status(raw)
+        records, t0 = _endpoint_records(raw)
         for host, recs in records.items():
             for r in recs:
                 if r.get("type") != "ev":
@@ -142,15 +147,7 @@ def collectives(leaf: Leaf) -> pd.DataFrame | None:
     iteration (the ``trace_node`` records), timed from the job's go."""
     rows = []
     for transport, raw in _transport_dirs(leaf):
-        files = sorted((raw / "endpoints").glob("*.jsonl"))
-        records = {f.stem: list(_jsonl(f)) for f in files}
-        gos = [
-            r["t"]
-            for recs in records.values()
-            for r in recs
-            if r.get("type") == "job" and r.get("event") == "go"
-        ]
-        t0 = min(gos) if gos else _go_from_status(raw)
+        records, t0 = _endpoint_records(raw)
         for host, recs in records.items():
             for r in recs:
                 if r.get("type") != "trace_node":
