@@ -13,7 +13,8 @@ collective starts, and rounds are matched by the order of a peer's messages in a
 the sender's round number (a tree's child sends up in its round 1 what its parent receives in
 round 0).
 
-Records (`emit`): `trace_iter` per iteration on this rank (start, end) and `trace_node` per
+Records (`emit`): `trace_iter` per iteration on this rank (start, end, the compute it did in
+all, and its critical path) and `trace_node` per
 collective and point-to-point node (start, end, bytes), from which the runner builds iteration
 times across ranks and says which collective held an iteration back.
 """
@@ -119,6 +120,7 @@ class TraceRole(Role):
         self._ended: dict[int, float] = {}
         self._after: dict[int, int] = {}
         self._last = -1
+        self._computed = 0.0  # virtual seconds of compute this iteration, on or off the path
         # A rank with no nodes (not in any group of the trace) still counts its iterations.
         ready = [i for i, k in self._waiting.items() if k == 0]
         if not ready:
@@ -138,6 +140,7 @@ class TraceRole(Role):
                 "iteration": self.iteration,
                 "start": self.iter_start,
                 "end": now,
+                "compute_s": self._computed,
                 **self._critical_path(),
             }
         )
@@ -207,7 +210,9 @@ class TraceRole(Role):
         if node.deps:
             self._after[node.id] = max(node.deps, key=self._ended.__getitem__)
         if node.kind == COMPUTE:
-            heapq.heappush(self._timers, (now + self._compute_s(node), node.id))
+            t = self._compute_s(node)
+            self._computed += t
+            heapq.heappush(self._timers, (now + t, node.id))
             return
         run = _Running(node, now)
         self._running[node.id] = run

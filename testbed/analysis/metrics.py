@@ -32,7 +32,9 @@ from typing import Any
 
 from contracts.stats import percentile
 from testbed.analysis.trace_report import trace_summary
-from testbed.harness.records import FlowRecord, Message, TransportRun
+from testbed.harness.endpoint_driver import reply_pairs
+from testbed.harness.ev_controller import round_trip_links
+from testbed.harness.records import Failure, FlowRecord, Message, TransportRun
 from testbed.scenario import Event, Expect, Scenario, capacity_mbps, total_bytes
 from topologies.timing import time_scale
 
@@ -514,7 +516,7 @@ def measure(
             flow_name(src, dst): goodput_series(samples, run.end_s, bin_s)[1]
             for (src, dst), samples in run.flow_deliveries.items()
         },
-        trace=trace_summary(run.trace_iters, run.trace_nodes) if run.trace_iters else None,
+        trace=_trace(run, scenario) if run.trace_iters else None,
         trace_records=(run.trace_iters, run.trace_nodes),
     )
     metrics.expectations = check_expectations(
@@ -528,6 +530,17 @@ def measure(
         },
     )
     return metrics
+
+
+def _trace(run: TransportRun, scenario: Scenario) -> dict[str, Any]:
+    """summary.json's `trace`, its network-held iterations blamed on a link from the run's EV
+    failures and the paths the fabric's static routes give them."""
+    fab, reply_of = scenario.fabric(), reply_pairs(scenario, run.transport)
+
+    def links_of(f: Failure) -> set[tuple[str, str]]:
+        return round_trip_links(fab, f, scenario.seed, reply_of)
+
+    return trace_summary(run.trace_iters, run.trace_nodes, run.ev_failures, links_of)
 
 
 def emulation_warning(emulation: Emulation) -> str | None:

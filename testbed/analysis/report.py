@@ -122,7 +122,8 @@ def comparison_rows(
 
 def _held_by_cell(trace: Mapping[str, Any] | None) -> str:
     """What held a trace's iterations back, counted (summary.json's `trace.iterations`), and
-    the slowest iteration's collective or straggler: "network 2, compute 6; P100: mlp1.wg..."."""
+    the slowest iteration's collective (and link) or straggler:
+    "compute 6, network 2; slowest: mlp1.wg.allreduce (link leaf2-spine1)"."""
     if not trace or not trace.get("iterations"):
         return "—"
     its = trace["iterations"]
@@ -131,7 +132,8 @@ def _held_by_cell(trace: Mapping[str, Any] | None) -> str:
         counts[it["held_by"]] = counts.get(it["held_by"], 0) + 1
     worst = max(its, key=lambda it: it["ms"])
     why = {
-        "network": f"{worst.get('waited_for')}",
+        "network": f"{worst.get('waited_for')}"
+        + (f" (link {worst['link']})" if worst.get("link") else ""),
         "straggler": f"rank {worst.get('straggler_rank')} late",
         "compute": "compute",
     }[worst["held_by"]]

@@ -3,8 +3,11 @@
 One row per rank; each iteration a pale band, each collective a bar coloured by its phase
 (forward, input gradient, weight gradient, or its kind when the trace's names do not say;
 weight-gradient ones, which overlap the backward pass, in the row's lower half), the
-failures and repairs as the goodput plot marks them. The gaps between bars are compute. What
-a failure delayed, and whether the iteration waited for it, is there to see.
+failures and repairs as the goodput plot marks them. The gaps between bars are compute. The
+slowest iteration, when the network held it back, has the collective that cost it outlined in
+red on every rank and named under the plot, with the link its members lost packets on
+(summary.json's `trace.iterations`). What a failure delayed, and whether the iteration waited
+for it, is there to see.
 """
 
 from __future__ import annotations
@@ -17,6 +20,10 @@ from testbed.analysis.plots import EventMark, _finish, _mark_events, _pyplot
 PHASE_COLOURS = {"fwd": "#4c72b0", "ig": "#dd8452", "wg": "#55a868"}
 KIND_COLOURS = {"allreduce": "#55a868", "allgather": "#8172b3", "reducescatter": "#937860",
                 "alltoall": "#c44e52", "send": "#64b5cd", "recv": "#64b5cd"}  # fmt: skip
+
+
+CULPRIT_COLOUR = "#d62728"
+"""The outline of the collective that held the slowest iteration back."""
 
 
 def _colour(name: str, kind: str) -> str:
@@ -34,9 +41,11 @@ def plot_iteration_timeline(
     *,
     events: Sequence[EventMark] = (),
     title: str = "Iteration timeline",
+    held: Mapping | None = None,
 ) -> Path:
     """`iters`/`nodes`: the ranks' trace_iter and trace_node records, times in seconds from the
-    workload's start; `events` in seconds too."""
+    workload's start; `events` in seconds too; `held`: the iteration to explain (an entry of
+    summary.json's `trace.iterations`), outlined when the network held it back."""
     plt = _pyplot()
     ranks = sorted({r["rank"] for r in iters} | {n["rank"] for n in nodes})
     fig, ax = plt.subplots(figsize=(10, 1.2 + 0.32 * max(len(ranks), 1)))
@@ -49,16 +58,21 @@ def plot_iteration_timeline(
             edgecolors="none",
             zorder=0,
         )
+    culprit = None
+    if held and held.get("held_by") == "network" and held.get("waited_for"):
+        culprit = (held["waited_for"], held["iteration"])
     for n in nodes:
         # Weight-gradient collectives run beside the rest of the backward pass: the lower half
         # of the row, so that they do not hide the collectives the compute waits for.
         lower = ".wg" in n["name"]
+        blamed = (n["name"], n["iteration"]) == culprit
         ax.broken_barh(
             [(n["start"] * 1e3, max((n["end"] - n["start"]) * 1e3, 1e-6))],
             (n["rank"] + (0.02 if lower else -0.4), 0.38),
             facecolors=_colour(n["name"], n["kind"]),
-            edgecolors="none",
-            zorder=2,
+            edgecolors=CULPRIT_COLOUR if blamed else "none",
+            linewidth=1.2 if blamed else 0,
+            zorder=3 if blamed else 2,
         )
     ax.set_yticks(ranks)
     ax.set_yticklabels([f"rank {r}" for r in ranks], fontsize=7)
@@ -75,6 +89,12 @@ def plot_iteration_timeline(
     )
     ax.set_xlim(left=0)
     _mark_events(ax, [(t * 1e3, label) for t, label in events])
+    if culprit is not None:
+        link = f", on link {held['link']}" if held.get("link") else ", no single link to blame"
+        ax.set_xlabel(
+            f"time (ms, virtual). Outlined: iteration {held['iteration']} ({held['ms']:.3f} ms, "
+            f"the slowest) waited for {culprit[0]}{link}"
+        )
     fig.tight_layout()
     return _finish(fig, path)
 
@@ -92,11 +112,13 @@ def plot_timelines(
     for n, m in metrics.items():
         iters, nodes = m.trace_records
         if iters:
+            its = (m.trace or {}).get("iterations") or []
             made[f"Iteration timeline ({n})"] = plot_iteration_timeline(
                 iters,
                 nodes,
                 Path(out_dir) / f"timeline_{n}.{fmt}",
                 events=events,
                 title=f"{title}: iteration timeline, {n}" if title else f"Iteration timeline, {n}",
+                held=max(its, key=lambda it: it["ms"]) if its else None,
             )
     return made

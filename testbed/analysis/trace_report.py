@@ -14,13 +14,21 @@ failure that delays one transfer of it shows there, whichever rank it hit.
 
 from __future__ import annotations
 
+import bisect
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from testbed.harness.records import Failure
+
 STRAGGLER_FACTOR = 1.1
-"""A rank whose critical path holds this much more compute than its peers' median is a
-straggler (a slow GPU), not the network's doing."""
+"""A rank that computed this much more in an iteration than the median of its peers is a
+straggler (a slow GPU) in it. The rule is across ranks on purpose: a rank that reached a
+collective late because the network had delayed it earlier computed no more than its peers, and
+is not one."""
+
+Link = tuple[str, str]
+LinksOf = Callable[[Failure], set[Link]]
 
 
 def _ms(s: float) -> float:
@@ -33,14 +41,21 @@ def _pcts(values: Sequence[float]) -> dict[str, float | None]:
     return {"p50": _ms(statistics.median(values)), "p100": _ms(max(values))}
 
 
-def trace_summary(iters: Sequence[dict], nodes: Sequence[dict]) -> dict[str, Any]:
+def trace_summary(
+    iters: Sequence[dict],
+    nodes: Sequence[dict],
+    failures: Sequence[Failure] = (),
+    links_of: LinksOf | None = None,
+) -> dict[str, Any]:
     """summary.json's `trace` object from the ranks' records (times in seconds from the
-    workload's start): per iteration, per collective (by node name) and per rank."""
+    workload's start): per iteration, per collective (by node name) and per rank. With the
+    run's EV failures (times from the workload's start too) and `links_of` (the links a failed
+    EV's round trip crosses), an iteration that the network held back names the link."""
     by_it: dict[int, list[dict]] = {}
     for r in iters:
         by_it.setdefault(r["iteration"], []).append(r)
     # Each collective instance (name, iteration) across its members: when the first and the
-    # last member reached it, which one was last, when the last member finished.
+    # last member reached it, which one was last, when the last member finished, which hosts.
     inst: dict[tuple[str, int], dict] = {}
     mine: dict[tuple[str, int, int], dict] = {}
     for n in nodes:
@@ -49,13 +64,18 @@ def trace_summary(iters: Sequence[dict], nodes: Sequence[dict]) -> dict[str, Any
         key = (n["name"], n["iteration"])
         mine[(*key, n["rank"])] = n
         i = inst.setdefault(
-            key, {"first": n["start"], "last": n["start"], "who": n["rank"], "end": n["end"]}
-        )
+            key,
+            {"first": n["start"], "last": n["start"], "who": n["rank"], "end": n["end"],
+             "hosts": set()},
+        )  # fmt: skip
         i["first"] = min(i["first"], n["start"])
         if n["start"] > i["last"]:
             i["last"], i["who"] = n["start"], n["rank"]
         i["end"] = max(i["end"], n["end"])
-    iterations = [_iteration(k, by_it[k], inst, mine) for k in sorted(by_it)]
+        if n.get("host"):
+            i["hosts"].add(n["host"])
+    blame = _LinkBlame(failures, links_of) if failures and links_of else None
+    iterations = [_iteration(k, by_it[k], inst, mine, blame) for k in sorted(by_it)]
     per_name: dict[str, list[float]] = {}
     for (name, _), i in inst.items():
         per_name.setdefault(name, []).append(i["end"] - i["first"])
@@ -72,14 +92,31 @@ def trace_summary(iters: Sequence[dict], nodes: Sequence[dict]) -> dict[str, Any
     }
 
 
-def _iteration(k: int, recs: list[dict], inst: dict, mine: dict) -> dict[str, Any]:
+def slow_ranks(recs: Sequence[dict]) -> list[int]:
+    """The ranks that computed more than STRAGGLER_FACTOR x the median of the others in one
+    iteration (`compute_s`: all their compute; older records: the critical path's)."""
+    done = {r["rank"]: r.get("compute_s", r.get("critical_compute_s", 0.0)) for r in recs}
+    slow = []
+    for rank, c in done.items():
+        others = [v for k, v in done.items() if k != rank]
+        if others and c > STRAGGLER_FACTOR * statistics.median(others):
+            slow.append(rank)
+    return sorted(slow)
+
+
+def _iteration(
+    k: int, recs: list[dict], inst: dict, mine: dict, blame: _LinkBlame | None
+) -> dict[str, Any]:
     """Iteration k: its time, and on the slowest rank's critical path how long was compute,
     waiting in a collective for a member that came late, and the network (a collective's time
-    once its last member had arrived). The largest of the three says what held it back."""
+    once its last member had arrived). The largest of the three says what held it back; a late
+    member is a straggler only if it computed more than its peers, else the network had
+    delayed it (and the collective that cost *it* most is the one named)."""
     last = max(recs, key=lambda r: r["end"])
+    by_rank = {r["rank"]: r for r in recs}
     wait = net = 0.0
     worst_net, waited_for = 0.0, None
-    worst_wait, straggler = 0.0, None
+    worst_wait, late = 0.0, None
     for name in last.get("critical_path", ()):
         n = mine.get((name, k, last["rank"]))
         if n is None:
@@ -92,15 +129,25 @@ def _iteration(k: int, recs: list[dict], inst: dict, mine: dict) -> dict[str, An
         if t > worst_net:
             worst_net, waited_for = t, name
         if w > worst_wait:
-            worst_wait, straggler = w, i["who"]
+            worst_wait, late = w, i["who"]
     compute = last.get("critical_compute_s", 0.0)
     held_by = max(
         (("network", net), ("straggler", wait), ("compute", compute)), key=lambda x: x[1]
     )[0]
-    others = [r.get("critical_compute_s", 0.0) for r in recs if r is not last]
-    if held_by == "compute" and others and compute > STRAGGLER_FACTOR * statistics.median(others):
+    slow = slow_ranks(recs)
+    straggler = None
+    if held_by == "straggler":
+        if late in slow:
+            straggler = late
+        else:  # the member came late, but computed no more than its peers: the network's doing
+            held_by = "network"
+            waited_for = by_rank[late].get("waited_for") if late in by_rank else waited_for
+    elif held_by == "compute" and last["rank"] in slow:
         # The slowest rank computed longer than its peers did: it is the straggler itself.
         held_by, straggler = "straggler", last["rank"]
+    link = None
+    if held_by == "network" and waited_for and blame is not None:
+        link = blame.link(inst.get((waited_for, k)))
     return {
         "iteration": k,
         "ms": _ms(last["end"] - min(r["start"] for r in recs)),
@@ -108,6 +155,49 @@ def _iteration(k: int, recs: list[dict], inst: dict, mine: dict) -> dict[str, An
         "slowest_rank": last["rank"],
         "held_by": held_by,
         "waited_for": waited_for,
-        "straggler_rank": straggler if held_by == "straggler" else None,
+        "straggler_rank": straggler,
+        "slow_ranks": slow,
+        "link": None if link is None else "-".join(link[0]),
+        "link_evidence": None if link is None else {"connections": link[1], "evs": link[2]},
         "critical_ms": {"compute": _ms(compute), "waiting": _ms(wait), "network": _ms(net)},
     }
+
+
+class _LinkBlame:
+    """Which link a collective instance lost its packets on: the EVs that failed between its
+    members while it ran each name a round trip (`links_of`); the link the most connections'
+    failed round trips share (then the most EVs) is the one, if no other link ties it. The same
+    evidence and the same paths as the fabric controller's (testbed.harness.ev_controller),
+    read after the run."""
+
+    def __init__(self, failures: Sequence[Failure], links_of: LinksOf) -> None:
+        self.failures = sorted(failures, key=lambda f: f.t)
+        self.times = [f.t for f in self.failures]
+        self.links_of = links_of
+        self._paths: dict[tuple[str, str, int], set[Link]] = {}
+
+    def link(self, instance: dict | None) -> tuple[Link, int, int] | None:
+        if instance is None or not instance["hosts"]:
+            return None
+        hosts = instance["hosts"]
+        lo = bisect.bisect_left(self.times, instance["first"])
+        hi = bisect.bisect_right(self.times, instance["end"])
+        conns: dict[Link, set[tuple[str, str]]] = {}
+        evs: dict[Link, int] = {}
+        for f in self.failures[lo:hi]:
+            if f.host not in hosts or f.peer not in hosts:
+                continue
+            key = (f.host, f.peer, f.ev)
+            if key not in self._paths:
+                self._paths[key] = self.links_of(f)
+            for lk in self._paths[key]:
+                conns.setdefault(lk, set()).add((f.host, f.peer))
+                evs[lk] = evs.get(lk, 0) + 1
+        ranked = sorted(conns, key=lambda lk: (-len(conns[lk]), -evs[lk], lk))
+        if not ranked:
+            return None
+        score = [(len(conns[lk]), evs[lk]) for lk in ranked[:2]]
+        if len(score) == 2 and score[0] == score[1]:
+            return None  # two links equally suspect: the evidence does not say which
+        best = ranked[0]
+        return best, len(conns[best]), evs[best]

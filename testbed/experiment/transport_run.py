@@ -21,7 +21,6 @@ from typing import Any
 
 from contracts.clock import Clock
 from contracts.stats import LateHistogram
-from endpoint.config import TransportConfig
 from endpoint.control import ControlError
 from testbed.analysis.emulator_timing import (
     interval_lateness,
@@ -49,7 +48,7 @@ from testbed.fabric.lifecycle import tear_down
 from testbed.fabric.session import Fabric, new_name
 from testbed.fabric.switch_layout import layout_for_run
 from testbed.harness.driver import Driver, driver_for
-from testbed.harness.endpoint_driver import EndpointDriver, job_request
+from testbed.harness.endpoint_driver import EndpointDriver, reply_pairs
 from testbed.harness.errors import BaselineError
 from testbed.harness.ev_controller import EvController
 from testbed.scenario import (
@@ -351,14 +350,3 @@ def _stop_capture(name: str, ports: dict[str, list[str]], t0: float, workdir: Pa
         for where, s in stats.items()
     ]  # fmt: skip
     return {"t0_virtual_s": round(t0, 9), "files": files}
-
-
-def reply_pairs(sc: Scenario, transport: str) -> dict[int, int]:
-    """The EV -> reply EV pairing of the run's connections (as their endpoints compute it from
-    the job's transport configuration), for the controller's view of round trips."""
-    req = job_request(sc, transport)
-    over = {k: v for k, v in req.get("transport", {}).items() if k != "ev_seed"}
-    cfg = TransportConfig(
-        num_evs=req.get("evs", TransportConfig.num_evs), planes=sc.topology.planes, **over
-    )
-    return cfg.reply_pairs()

@@ -18,11 +18,12 @@ from pathlib import Path
 
 from contracts.clock import Clock
 from contracts.ports import ROCEV2_UDP_PORT
+from endpoint.config import TransportConfig
 from endpoint.control import ControlError
 from endpoint.metrics import placed_samples
 from testbed.fabric.paths import predict_path
 from testbed.harness.endpoints import FabricEndpoints
-from testbed.harness.records import FlowRecord, Message, TransportRun, path_name
+from testbed.harness.records import Failure, FlowRecord, Message, TransportRun, path_name
 from testbed.scenario import AllreduceWorkload, Scenario, TraceWorkload, flows, workload_hosts
 from testbed.scenario.trace_workload import trace_job
 
@@ -98,6 +99,17 @@ def job_request(sc: Scenario, transport: str) -> dict:
     if over:
         req["transport"] = over
     return req
+
+
+def reply_pairs(sc: Scenario, transport: str) -> dict[int, int]:
+    """The EV -> reply EV pairing of the run's connections (as their endpoints compute it from
+    the job's transport configuration), for the controller's view of round trips."""
+    req = job_request(sc, transport)
+    over = {k: v for k, v in req.get("transport", {}).items() if k != "ev_seed"}
+    cfg = TransportConfig(
+        num_evs=req.get("evs", TransportConfig.num_evs), planes=sc.topology.planes, **over
+    )
+    return cfg.reply_pairs()
 
 
 def expected_flows(sc: Scenario) -> list[tuple[str, str, int]] | None:
@@ -200,6 +212,7 @@ def endpoint_run(
     ev_bins: dict[str, dict[int, float]] = {}
     ev_dt = 0.010
     retirements = 0
+    ev_failures: list[Failure] = []
     qp_errors = 0
     for host, recs in records.items():
         deliveries += [(t - t0, n) for t, n in placed_samples(recs, JOB)]
@@ -223,6 +236,7 @@ def endpoint_run(
                 continue
             if kind == "ev" and r.get("new") == "failed":
                 retirements += 1
+                ev_failures.append(Failure(host, r["peer"], r["ev"], r["t"] - t0))
             elif kind == "msg" and r["side"] == "tx":
                 messages.append(Message(r["posted"] - t0, r["bytes"], r["acked"] - t0))
             elif kind == "counters":
@@ -232,9 +246,13 @@ def endpoint_run(
             elif kind == "trace_iter":
                 it = iters.setdefault(r["iteration"], [r["start"], r["end"], 0])
                 it[0], it[1], it[2] = min(it[0], r["start"]), max(it[1], r["end"]), it[2] + 1
-                trace_iters.append({**r, "start": r["start"] - t0, "end": r["end"] - t0})
+                trace_iters.append(
+                    {**r, "host": host, "start": r["start"] - t0, "end": r["end"] - t0}
+                )
             elif kind == "trace_node":
-                trace_nodes.append({**r, "start": r["start"] - t0, "end": r["end"] - t0})
+                trace_nodes.append(
+                    {**r, "host": host, "start": r["start"] - t0, "end": r["end"] - t0}
+                )
         for r in last.values():
             for k, v in r["retransmits"].items():
                 retransmits[k] = retransmits.get(k, 0) + v
@@ -283,6 +301,7 @@ def endpoint_run(
         flows=flow_records(records, statuses, t0, expected),
         flow_deliveries={k: sorted(v) for k, v in sorted(by_flow.items())},
         ev_retirements=retirements,
+        ev_failures=sorted(ev_failures, key=lambda f: f.t),
         qp_errors=qp_errors,
         trace_iters=trace_iters,
         trace_nodes=trace_nodes,

@@ -52,19 +52,10 @@ from contracts.defaults import plane_bits
 from contracts.ports import ROCEV2_UDP_PORT
 from endpoint.control import ControlError, Coordinator
 from testbed.fabric.paths import predict_path
+from testbed.harness.records import Failure
 from topologies import Fabric
 
 Link = tuple[str, str]  # two switch names, sorted: a link in both directions
-
-
-@dataclass(frozen=True)
-class Failure:
-    """One EV that went FAILED: on `host`'s connection to `peer`."""
-
-    host: str
-    peer: str
-    ev: int
-    t: float  # virtual, the endpoint's clock
 
 
 @dataclass

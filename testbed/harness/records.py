@@ -27,6 +27,16 @@ class Message:
 
 
 @dataclass(frozen=True)
+class Failure:
+    """One EV that went FAILED: on `host`'s connection to `peer` (an endpoint's `ev` record)."""
+
+    host: str
+    peer: str
+    ev: int
+    t: float  # virtual: the endpoint's clock, or seconds from the workload's start in a run
+
+
+@dataclass(frozen=True)
 class FlowRecord:
     """One flow of the traffic matrix (one ring hop of an all-reduce): `src` to `dst`.
 
@@ -77,6 +87,7 @@ class TransportRun:
         default_factory=dict
     )
     ev_retirements: int = 0  # EVs that went FAILED, over every connection (endpoint transports)
+    ev_failures: Sequence[Failure] = ()  # each of them, by time (from the workload's start)
     qp_errors: int = 0  # QPs that spent their retries and failed (roce; mrc with a retry limit)
     # A trace workload's ranks' records (trace_iter, trace_node), times from the workload's start.
     trace_iters: Sequence[dict] = ()
