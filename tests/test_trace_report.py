@@ -121,8 +121,8 @@ def test_the_timeline_draws_every_rank_and_marks_the_failure(tmp_path):
 
     # The collective that held the slowest iteration is outlined in red; without it, no red.
     red = (0xD6, 0x27, 0x28)
-    assert near(red, colours(held)[1]) and not near(red, colours(None)[1])
-    img, _ = colours(held)
+    assert near(red, colours([held])[1]) and not near(red, colours([])[1])
+    img, _ = colours([held])
     assert img.shape[0] > 100 and img.shape[1] > 500
     # The three phase colours are drawn (forward blue, input gradient orange, weight green).
     rgb = {

@@ -3,15 +3,16 @@
 One row per rank; each iteration a pale band, each collective a bar coloured by its phase
 (forward, input gradient, weight gradient, or its kind when the trace's names do not say;
 weight-gradient ones, which overlap the backward pass, in the row's lower half), the
-failures and repairs as the goodput plot marks them. The gaps between bars are compute. The
-slowest iteration, when the network held it back, has the collective that cost it outlined in
-red on every rank and named under the plot, with the link its members lost packets on
-(summary.json's `trace.iterations`). What a failure delayed, and whether the iteration waited
-for it, is there to see.
+failures and repairs as the goodput plot marks them. The gaps between bars are compute. Each
+iteration that the network held back on a link the report could name (a failure's doing:
+summary.json's `trace.iterations`) has the collective that cost it outlined in red on every
+rank, named under the plot with the link; with none, the slowest iteration's, if the network
+held it. What a failure delayed, and whether the iteration waited for it, is there to see.
 """
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -41,11 +42,11 @@ def plot_iteration_timeline(
     *,
     events: Sequence[EventMark] = (),
     title: str = "Iteration timeline",
-    held: Mapping | None = None,
+    held: Sequence[Mapping] = (),
 ) -> Path:
     """`iters`/`nodes`: the ranks' trace_iter and trace_node records, times in seconds from the
-    workload's start; `events` in seconds too; `held`: the iteration to explain (an entry of
-    summary.json's `trace.iterations`), outlined when the network held it back."""
+    workload's start; `events` in seconds too; `held`: the iterations to explain (entries of
+    summary.json's `trace.iterations`), outlined when the network held them back."""
     plt = _pyplot()
     ranks = sorted({r["rank"] for r in iters} | {n["rank"] for n in nodes})
     fig, ax = plt.subplots(figsize=(10, 1.2 + 0.32 * max(len(ranks), 1)))
@@ -58,14 +59,13 @@ def plot_iteration_timeline(
             edgecolors="none",
             zorder=0,
         )
-    culprit = None
-    if held and held.get("held_by") == "network" and held.get("waited_for"):
-        culprit = (held["waited_for"], held["iteration"])
+    explained = [h for h in held if h.get("held_by") == "network" and h.get("waited_for")]
+    culprits = {(h["waited_for"], h["iteration"]) for h in explained}
     for n in nodes:
         # Weight-gradient collectives run beside the rest of the backward pass: the lower half
         # of the row, so that they do not hide the collectives the compute waits for.
         lower = ".wg" in n["name"]
-        blamed = (n["name"], n["iteration"]) == culprit
+        blamed = (n["name"], n["iteration"]) in culprits
         ax.broken_barh(
             [(n["start"] * 1e3, max((n["end"] - n["start"]) * 1e3, 1e-6))],
             (n["rank"] + (0.02 if lower else -0.4), 0.38),
@@ -89,12 +89,15 @@ def plot_iteration_timeline(
     )
     ax.set_xlim(left=0)
     _mark_events(ax, [(t * 1e3, label) for t, label in events])
-    if culprit is not None:
-        link = f", on link {held['link']}" if held.get("link") else ", no single link to blame"
-        ax.set_xlabel(
-            f"time (ms, virtual). Outlined: iteration {held['iteration']} ({held['ms']:.3f} ms, "
-            f"the slowest) waited for {culprit[0]}{link}"
-        )
+    if explained:
+        said = [
+            f"iteration {h['iteration']} ({h['ms']:.3f} ms) waited for {h['waited_for']}"
+            + (f" on link {h['link']}" if h.get("link") else " (no single link to blame)")
+            for h in explained[:3]
+        ]
+        more = f"; {len(explained) - 3} more" if len(explained) > 3 else ""
+        text = "time (ms, virtual). Outlined: " + "; ".join(said) + more
+        ax.set_xlabel(textwrap.fill(text, 140), fontsize=8)
     fig.tight_layout()
     return _finish(fig, path)
 
@@ -113,12 +116,13 @@ def plot_timelines(
         iters, nodes = m.trace_records
         if iters:
             its = (m.trace or {}).get("iterations") or []
+            named = [it for it in its if it.get("link")]
             made[f"Iteration timeline ({n})"] = plot_iteration_timeline(
                 iters,
                 nodes,
                 Path(out_dir) / f"timeline_{n}.{fmt}",
                 events=events,
                 title=f"{title}: iteration timeline, {n}" if title else f"Iteration timeline, {n}",
-                held=max(its, key=lambda it: it["ms"]) if its else None,
+                held=named or ([max(its, key=lambda it: it["ms"])] if its else []),
             )
     return made
