@@ -17,6 +17,7 @@ from testbed.experiment.api import load
 from testbed.fabric.cleanup import leftovers
 from testbed.fabric.state import RUN_ROOT
 from testbed.scenario.catalog import list_scenarios
+from testbed.scenario.events import FAILURE_ACTIONS
 from tests.conftest import ROOT, interruptible, tb, verdict_implied
 
 pytestmark = pytest.mark.netns
@@ -76,6 +77,13 @@ def test_shipped_scenario_passes_quick_for_mrc(name, tmp_path):
     for e, entry in zip(summary["events"], mrc["applied_events"], strict=True):
         # Events are applied at their time, within the control path's few milliseconds.
         assert entry is not None and abs(entry - e["at"]) < 0.1, (e, entry)
+    failed = {"-".join(sorted(e["link"])) for e in summary["events"]
+              if e["action"] in FAILURE_ACTIONS and e.get("link")}  # fmt: skip
+    if mrc.get("trace") and failed:
+        # A training job under a link failure: the report names that link, and no other, as
+        # the one the iterations' failed EVs shared (the endpoints' evidence, not the event).
+        named = {it["link"] for it in mrc["trace"]["iterations"] if it["link"]}
+        assert named and named <= failed, (named, failed)
 
 
 def test_violated_expectation_exits_non_zero(tmp_path):

@@ -77,7 +77,7 @@ def test_the_link_most_failed_round_trips_share_is_named():
     s = trace_summary(iters, nodes, failures, lambda f: paths[(f.host, f.peer, f.ev)])
     (it,) = s["iterations"]
     assert it["held_by"] == "network" and it["link"] == "leaf2-spine1", it
-    assert it["link_evidence"] == {"connections": 3, "evs": 3}
+    assert it["link_evidence"] == {"connections": 3, "evs": 3} and it["link_collective"] == "ar"
     # Two links equally suspect: no link is named rather than a guess.
     tie = {k: {("leaf1", "spine1"), ("leaf2", "spine1")} for k in paths}
     (it,) = trace_summary(iters, nodes, failures, lambda f: tie[(f.host, f.peer, f.ev)])[
@@ -105,8 +105,8 @@ def test_the_timeline_draws_every_rank_and_marks_the_failure(tmp_path):
     iters = [_iter(r, k * 1e-3, (k + 1) * 1e-3, [], 0, it=k) for r in range(4) for k in range(3)]
     nodes = [_node(r, f"L0.{p}.allreduce", k * 1e-3 + 0.1e-3 * (j + 1), k * 1e-3 + 0.1e-3 * (j + 1.5), it=k)
              for r in range(4) for k in range(3) for j, p in enumerate(("fwd", "ig", "wg"))]  # fmt: skip
-    held = {"iteration": 1, "ms": 1.0, "held_by": "network", "waited_for": "L0.ig.allreduce",
-            "link": "leaf2-spine1"}  # fmt: skip
+    held = {"iteration": 1, "ms": 1.0, "held_by": "compute", "waited_for": "L0.ig.allreduce",
+            "link": "leaf2-spine1", "link_collective": "L0.wg.allreduce"}  # fmt: skip
 
     def colours(held):
         img = matplotlib.image.imread(plot_iteration_timeline(

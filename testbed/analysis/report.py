@@ -132,7 +132,7 @@ def _held_by_cell(trace: Mapping[str, Any] | None) -> str:
         counts[it["held_by"]] = counts.get(it["held_by"], 0) + 1
     worst = max(its, key=lambda it: it["ms"])
     why = {
-        "network": f"{worst.get('waited_for')}"
+        "network": f"{worst.get('link_collective') or worst.get('waited_for')}"
         + (f" (link {worst['link']})" if worst.get("link") else ""),
         "straggler": f"rank {worst.get('straggler_rank')} late",
         "compute": "compute",

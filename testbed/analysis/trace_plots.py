@@ -4,10 +4,10 @@ One row per rank; each iteration a pale band, each collective a bar coloured by 
 (forward, input gradient, weight gradient, or its kind when the trace's names do not say;
 weight-gradient ones, which overlap the backward pass, in the row's lower half), the
 failures and repairs as the goodput plot marks them. The gaps between bars are compute. Each
-iteration that the network held back on a link the report could name (a failure's doing:
-summary.json's `trace.iterations`) has the collective that cost it outlined in red on every
-rank, named under the plot with the link; with none, the slowest iteration's, if the network
-held it. What a failure delayed, and whether the iteration waited for it, is there to see.
+iteration during which EVs failed on a link the report could name (summary.json's
+`trace.iterations`) has the collective those failures hit outlined in red on every rank, named
+under the plot with the link and whether the iteration waited for it; with none, the slowest
+iteration's collective, if the network held it back. What a failure delayed, and whether the iteration waited for it, is there to see.
 """
 
 from __future__ import annotations
@@ -25,6 +25,14 @@ KIND_COLOURS = {"allreduce": "#55a868", "allgather": "#8172b3", "reducescatter":
 
 CULPRIT_COLOUR = "#d62728"
 """The outline of the collective that held the slowest iteration back."""
+
+
+def _culprit(h: Mapping) -> str | None:
+    """The collective to outline in iteration entry `h`: the one a failure hit on a named link;
+    else, if the network held the iteration back, the one it waited for."""
+    if h.get("link") and h.get("link_collective"):
+        return h["link_collective"]
+    return h.get("waited_for") if h.get("held_by") == "network" else None
 
 
 def _colour(name: str, kind: str) -> str:
@@ -59,8 +67,8 @@ def plot_iteration_timeline(
             edgecolors="none",
             zorder=0,
         )
-    explained = [h for h in held if h.get("held_by") == "network" and h.get("waited_for")]
-    culprits = {(h["waited_for"], h["iteration"]) for h in explained}
+    explained = [h for h in held if _culprit(h)]
+    culprits = {(_culprit(h), h["iteration"]) for h in explained}
     for n in nodes:
         # Weight-gradient collectives run beside the rest of the backward pass: the lower half
         # of the row, so that they do not hide the collectives the compute waits for.
@@ -91,8 +99,11 @@ def plot_iteration_timeline(
     _mark_events(ax, [(t * 1e3, label) for t, label in events])
     if explained:
         said = [
-            f"iteration {h['iteration']} ({h['ms']:.3f} ms) waited for {h['waited_for']}"
-            + (f" on link {h['link']}" if h.get("link") else " (no single link to blame)")
+            f"iteration {h['iteration']} ({h['ms']:.3f} ms): {_culprit(h)} lost packets on "
+            f"link {h['link']}"
+            + ("" if h["held_by"] == "network" else f" (hidden: {h['held_by']} held the iteration)")
+            if h.get("link")
+            else f"iteration {h['iteration']} ({h['ms']:.3f} ms) waited for {_culprit(h)}"
             for h in explained[:3]
         ]
         more = f"; {len(explained) - 3} more" if len(explained) > 3 else ""

@@ -50,7 +50,8 @@ def trace_summary(
     """summary.json's `trace` object from the ranks' records (times in seconds from the
     workload's start): per iteration, per collective (by node name) and per rank. With the
     run's EV failures (times from the workload's start too) and `links_of` (the links a failed
-    EV's round trip crosses), an iteration that the network held back names the link."""
+    EV's round trip crosses), an iteration during which EVs failed names the link they share
+    and the collective they hit."""
     by_it: dict[int, list[dict]] = {}
     for r in iters:
         by_it.setdefault(r["iteration"], []).append(r)
@@ -145,30 +146,35 @@ def _iteration(
     elif held_by == "compute" and last["rank"] in slow:
         # The slowest rank computed longer than its peers did: it is the straggler itself.
         held_by, straggler = "straggler", last["rank"]
-    link = None
-    if held_by == "network" and waited_for and blame is not None:
-        link = blame.link(inst.get((waited_for, k)))
+    start = min(r["start"] for r in recs)
+    hit = None
+    if blame is not None:
+        hit = blame.hit(start, last["end"], {n: i for (n, j), i in inst.items() if j == k})
     return {
         "iteration": k,
-        "ms": _ms(last["end"] - min(r["start"] for r in recs)),
+        "ms": _ms(last["end"] - start),
         "ranks_finished": len(recs),
         "slowest_rank": last["rank"],
         "held_by": held_by,
         "waited_for": waited_for,
         "straggler_rank": straggler,
         "slow_ranks": slow,
-        "link": None if link is None else "-".join(link[0]),
-        "link_evidence": None if link is None else {"connections": link[1], "evs": link[2]},
+        # What the iteration's EV failures say (None: no failure, or no one link to blame):
+        # the link, the evidence, and the collective most of them hit.
+        "link": None if hit is None else hit["link"],
+        "link_evidence": None if hit is None else hit["evidence"],
+        "link_collective": None if hit is None else hit["collective"],
         "critical_ms": {"compute": _ms(compute), "waiting": _ms(wait), "network": _ms(net)},
     }
 
 
 class _LinkBlame:
-    """Which link a collective instance lost its packets on: the EVs that failed between its
-    members while it ran each name a round trip (`links_of`); the link the most connections'
-    failed round trips share (then the most EVs) is the one, if no other link ties it. The same
-    evidence and the same paths as the fabric controller's (testbed.harness.ev_controller),
-    read after the run."""
+    """Which link an iteration lost its packets on, and in which collective: each EV that failed
+    while it ran names a round trip (`links_of`); the link the most connections' failed round
+    trips share (then the most EVs) is the one, if no other link ties it. The same evidence and
+    the same paths as the fabric controller's (testbed.harness.ev_controller), read after the
+    run. The collective is the instance, of those whose members include both ends of a failed
+    connection and that ran when it failed, that most of the link's failures fell in."""
 
     def __init__(self, failures: Sequence[Failure], links_of: LinksOf) -> None:
         self.failures = sorted(failures, key=lambda f: f.t)
@@ -176,21 +182,20 @@ class _LinkBlame:
         self.links_of = links_of
         self._paths: dict[tuple[str, str, int], set[Link]] = {}
 
-    def link(self, instance: dict | None) -> tuple[Link, int, int] | None:
-        if instance is None or not instance["hosts"]:
-            return None
-        hosts = instance["hosts"]
-        lo = bisect.bisect_left(self.times, instance["first"])
-        hi = bisect.bisect_right(self.times, instance["end"])
+    def _links(self, f: Failure) -> set[Link]:
+        key = (f.host, f.peer, f.ev)
+        if key not in self._paths:
+            self._paths[key] = self.links_of(f)
+        return self._paths[key]
+
+    def hit(self, first: float, end: float, instances: dict[str, dict]) -> dict | None:
+        lo = bisect.bisect_left(self.times, first)
+        hi = bisect.bisect_right(self.times, end)
+        window = self.failures[lo:hi]
         conns: dict[Link, set[tuple[str, str]]] = {}
         evs: dict[Link, int] = {}
-        for f in self.failures[lo:hi]:
-            if f.host not in hosts or f.peer not in hosts:
-                continue
-            key = (f.host, f.peer, f.ev)
-            if key not in self._paths:
-                self._paths[key] = self.links_of(f)
-            for lk in self._paths[key]:
+        for f in window:
+            for lk in self._links(f):
                 conns.setdefault(lk, set()).add((f.host, f.peer))
                 evs[lk] = evs.get(lk, 0) + 1
         ranked = sorted(conns, key=lambda lk: (-len(conns[lk]), -evs[lk], lk))
@@ -200,4 +205,15 @@ class _LinkBlame:
         if len(score) == 2 and score[0] == score[1]:
             return None  # two links equally suspect: the evidence does not say which
         best = ranked[0]
-        return best, len(conns[best]), evs[best]
+        in_collective: dict[str, int] = {}
+        for f in window:
+            if best not in self._links(f):
+                continue
+            for name, i in instances.items():
+                if f.host in i["hosts"] and f.peer in i["hosts"] and i["first"] <= f.t <= i["end"]:
+                    in_collective[name] = in_collective.get(name, 0) + 1
+        return {
+            "link": "-".join(best),
+            "evidence": {"connections": len(conns[best]), "evs": evs[best]},
+            "collective": max(in_collective, key=in_collective.__getitem__, default=None),
+        }
