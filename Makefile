@@ -24,7 +24,7 @@ test: setup
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -m "not netns" -n 2 -q
 	TESTBED_DATAPATH=python $(PY) -m pytest -m "not netns" -n 2 -q
-	$(PY) -m pytest -m netns
+	$(PY) -m pytest -m netns --durations=25
 
 # Lint and the pure tests (no root, no namespaces) on both cores: under two minutes.
 check: setup
