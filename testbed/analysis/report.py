@@ -182,6 +182,52 @@ def _limit(emu: Mapping[str, Any], key: str) -> str:
     return "—" if value is None else f"{value:.3g}"
 
 
+def validity_notes(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """What opens a run's report, as (kind, Markdown text): a kernel-drops warning ("drops")
+    if any, then the validity verdict ("valid", "invalid" or "none")."""
+    emu = summary.get("emulation", {})
+    drops = emu.get("kernel_drops", 0)
+    notes = []
+    if drops:
+        notes.append(
+            (
+                "drops",
+                f"**{KERNEL_DROPS_BANNER}: the kernel dropped {drops} packets** that switch or "
+                "endpoint processes did not read in time. Losses, stalls and failover times below "
+                "may be the machine's, not the protocol's: lower `link_mbps` or the workload and "
+                "run again before drawing conclusions.",
+            )
+        )
+    if emu.get("valid") is False:
+        notes.append(
+            (
+                "invalid",
+                f"**INVALID RUN** (time dilation {emu.get('time_dilation', 1):g}): "
+                + "; ".join(emu.get("invalid_reasons", []))
+                + ". The emulator did not keep up with the fabric: the numbers below are the "
+                "machine's, not the network's (docs/fidelity.md).",
+            )
+        )
+    elif emu.get("valid") is True:
+        notes.append(
+            (
+                "valid",
+                f"Valid run: the emulator kept up at time dilation "
+                f"{emu.get('time_dilation', 1):g} ({emu.get('real_s', 0):g} s of wall time for "
+                f"{emu.get('virtual_s', 0):g} s of virtual time); every time below is virtual.",
+            )
+        )
+    else:
+        notes.append(
+            (
+                "none",
+                "**NO VERDICT**: this summary carries no validity verdict, so its numbers count "
+                "as an invalid run's (docs/fidelity.md).",
+            )
+        )
+    return notes
+
+
 def render_report(
     summary: Mapping[str, Any],
     *,
@@ -195,37 +241,8 @@ def render_report(
     out: list[str] = [f"# {summary['scenario']}", ""]
     if scenario is not None and scenario.description.strip():
         out += [scenario.description.strip(), ""]
-    emu = summary.get("emulation", {})
-    drops = emu.get("kernel_drops", 0)
-    if drops:
-        out += [
-            f"> **{KERNEL_DROPS_BANNER}: the kernel dropped {drops} packets** that switch or "
-            "endpoint processes did not read in time. Losses, stalls and failover times below "
-            "may be the machine's, not the protocol's: lower `link_mbps` or the workload and "
-            "run again before drawing conclusions.",
-            "",
-        ]
-    if emu.get("valid") is False:
-        out += [
-            f"> **INVALID RUN** (time dilation {emu.get('time_dilation', 1):g}): "
-            + "; ".join(emu.get("invalid_reasons", []))
-            + ". The emulator did not keep up with the fabric: the numbers below are the "
-            "machine's, not the network's (docs/fidelity.md).",
-            "",
-        ]
-    elif emu.get("valid") is True:
-        out += [
-            f"> Valid run: the emulator kept up at time dilation {emu.get('time_dilation', 1):g}"
-            f" ({emu.get('real_s', 0):g} s of wall time for {emu.get('virtual_s', 0):g} s "
-            "of virtual time); every time below is virtual.",
-            "",
-        ]
-    else:
-        out += [
-            "> **NO VERDICT**: this summary carries no validity verdict, so its numbers count "
-            "as an invalid run's (docs/fidelity.md).",
-            "",
-        ]
+    for _, note in validity_notes(summary):
+        out += [f"> {note}", ""]
     topo = summary.get("topology", {})
     facts = [
         f"- started {summary.get('started', '?')}, seed {summary.get('seed')}",
@@ -255,84 +272,25 @@ def render_report(
     ]
 
     out += ["## Expectations", ""]
-    check_rows = []
-    for name in names:
-        for c in summary["transports"][name]["expectations"]["checks"]:
-            value = "—" if c["value"] is None else c["value"]
-            check_rows.append(
-                [
-                    name,
-                    c["name"],
-                    str(c["limit"]),
-                    str(value),
-                    "pass" if c["passed"] else "**FAIL**",
-                ]
-            )
-    if check_rows:
-        out += [markdown_table(["transport", "check", "limit", "value", ""], check_rows), ""]
+    checks = expectation_rows(summary)
+    if checks:
+        out += [markdown_table(EXPECTATION_HEADER, checks), ""]
     else:
         out += ["The scenario sets no expectations.", ""]
 
     out += ["## Timeline as applied", ""]
-    events = summary.get("events", [])
+    events = timeline_rows(summary)
     if events:
-        ev_rows = []
-        for e in events:
-            applied = e.get("applied_at")
-            late = "—" if applied is None else f"{(applied - e['at']) * 1000:.1f}"
-            ev_rows.append(
-                [
-                    f"{e['at']:g}",
-                    "not applied" if applied is None else f"{applied:.4f}",
-                    late,
-                    _event_text(e),
-                ]
-            )
-        out += [markdown_table(["at (s)", "applied at (s)", "late (ms)", "event"], ev_rows), ""]
+        out += [markdown_table(TIMELINE_HEADER, events), ""]
     else:
         out += ["No events: the fabric stayed healthy.", ""]
 
     out += ["## Emulation health", ""]
-    verdicts = [
-        [
-            t,
-            "valid" if e["emulation"].get("valid") else "**INVALID**",
-            f"{e['emulation'].get('time_dilation', 1):g}",
-            f"{_measured(e['emulation'].get('switch_late_us_p99'), '.3g')} / "
-            f"{_limit(e['emulation'], 'switch_late_us')}",
-            f"{_measured(e['emulation'].get('endpoint_late_us_p99'), '.3g')} / "
-            f"{_limit(e['emulation'], 'endpoint_late_us')}",
-            f"{e['emulation'].get('real_s', 0):g}",
-        ]
-        for t, e in summary.get("transports", {}).items()
-        if "valid" in e.get("emulation", {})
-    ]
+    verdicts = health_rows(summary)
     if verdicts:
-        out += [
-            markdown_table(
-                [
-                    "transport",
-                    "verdict",
-                    "time dilation",
-                    "switch late P99 / limit (µs)",
-                    "endpoint timer late P99 / limit (µs)",
-                    "wall time (s)",
-                ],
-                verdicts,
-            ),  # fmt: skip
-            "",
-        ]
+        out += [markdown_table(HEALTH_HEADER, verdicts), ""]
     out += [
-        markdown_table(
-            ["CPU use (all cores)", "timer jitter P99 (µs)", "kernel drops"],
-            [
-                [
-                    f"{emu.get('cpu_util', 0):.0%}",
-                    f"{_measured(emu.get('timer_jitter_us_p99'), '.0f')}",
-                    f"**{drops}**" if drops else "0",
-                ]
-            ],
-        ),
+        markdown_table(LOAD_HEADER, [load_row(summary)]),
         "",
         "Kernel drops are packets lost because the emulator was CPU-bound, not because the "
         "emulated network dropped them; a trustworthy run has none.",
@@ -371,6 +329,85 @@ def render_report(
             )
             out += [f"### {caption}", "", shown, ""]
     return "\n".join(out).rstrip() + "\n"
+
+
+EXPECTATION_HEADER = ["transport", "check", "limit", "value", ""]
+TIMELINE_HEADER = ["at (s)", "applied at (s)", "late (ms)", "event"]
+HEALTH_HEADER = [
+    "transport",
+    "verdict",
+    "time dilation",
+    "switch late P99 / limit (µs)",
+    "endpoint timer late P99 / limit (µs)",
+    "wall time (s)",
+]
+LOAD_HEADER = ["CPU use (all cores)", "timer jitter P99 (µs)", "kernel drops"]
+"""The headers of report.md's tables below the side-by-side one (report.html shows the same);
+their rows mark what needs attention in Markdown bold (`**FAIL**`)."""
+
+
+def expectation_rows(summary: Mapping[str, Any]) -> list[list[str]]:
+    """One row per expectation check per transport (EXPECTATION_HEADER)."""
+    rows = []
+    for name, entry in summary["transports"].items():
+        for c in entry["expectations"]["checks"]:
+            value = "—" if c["value"] is None else c["value"]
+            rows.append(
+                [
+                    name,
+                    c["name"],
+                    str(c["limit"]),
+                    str(value),
+                    "pass" if c["passed"] else "**FAIL**",
+                ]
+            )
+    return rows
+
+
+def timeline_rows(summary: Mapping[str, Any]) -> list[list[str]]:
+    """The events as applied (TIMELINE_HEADER): when asked for, when done, how late."""
+    rows = []
+    for e in summary.get("events", []):
+        applied = e.get("applied_at")
+        late = "—" if applied is None else f"{(applied - e['at']) * 1000:.1f}"
+        rows.append(
+            [
+                f"{e['at']:g}",
+                "not applied" if applied is None else f"{applied:.4f}",
+                late,
+                _event_text(e),
+            ]
+        )
+    return rows
+
+
+def health_rows(summary: Mapping[str, Any]) -> list[list[str]]:
+    """Each judged transport's validity verdict and its inputs (HEALTH_HEADER)."""
+    return [
+        [
+            t,
+            "valid" if e["emulation"].get("valid") else "**INVALID**",
+            f"{e['emulation'].get('time_dilation', 1):g}",
+            f"{_measured(e['emulation'].get('switch_late_us_p99'), '.3g')} / "
+            f"{_limit(e['emulation'], 'switch_late_us')}",
+            f"{_measured(e['emulation'].get('endpoint_late_us_p99'), '.3g')} / "
+            f"{_limit(e['emulation'], 'endpoint_late_us')}",
+            f"{e['emulation'].get('real_s', 0):g}",
+        ]
+        for t, e in summary.get("transports", {}).items()
+        if "valid" in e.get("emulation", {})
+    ]
+
+
+def load_row(summary: Mapping[str, Any]) -> list[str]:
+    """The machine's load during the run (LOAD_HEADER)."""
+    emu = summary.get("emulation", {})
+    drops = emu.get("kernel_drops", 0)
+    return [
+        f"{emu.get('cpu_util', 0):.0%}",
+        f"{_measured(emu.get('timer_jitter_us_p99'), '.0f')}",
+        f"**{drops}**" if drops else "0",
+    ]
 
 
 _TOPOLOGY_FACTS = (
