@@ -96,9 +96,10 @@ def test_thin_data_still_draws(tmp_path):
 
 def test_smoothing_keeps_length_and_mean():
     values = [0.0] * 10 + [10.0] * 10
-    out = plots._smooth(values, 5)
+    out = plots._trailing_mean(values, 5)
     assert len(out) == 20 and out[0] == 0 and out[-1] == 10
-    assert plots._smooth(values, 1) == values
+    assert out[9] == 0 and out[10] == 2  # trailing: nothing moves before the step
+    assert plots._trailing_mean(values, 1) == values
 
 
 def test_plot_run_draws_what_the_data_has(tmp_path):

@@ -9,26 +9,33 @@ Readability rules these plots follow: one colour per transport in every plot of 
 `TRANSPORT_COLOURS` table) and one colour per path name in every plot of a run (`path_colours`:
 from the names, never from their rank in bytes, so "via spine1" has one colour for every
 transport and in path_share too); failures are red dashed lines and recoveries green dotted ones,
-labelled with what happened; axes say their unit; nothing is drawn that the data did not show
-(stalls stay visible as gaps in the raw 10 ms bins under the smoothed line).
+labelled with what happened, labels that never overlap (measured, else numbered); axes say
+their unit, the one that fits the run (µs, ms or s), and titles say how long the bins and the
+averaging windows are in those units (a dilated fabric's bins are 10 ms x its time scale);
+averages are trailing, drawn where their window ends, so no curve moves before an event;
+nothing is drawn that the data did not show (stalls stay visible as gaps in the raw bins under
+the smoothed line).
 """
 
 from __future__ import annotations
 
 import math
 import re
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from testbed.analysis.metrics import AppliedEvent, TransportMetrics, percentiles
+from testbed.analysis.durations import fmt_duration, unit_for
+from testbed.analysis.metrics import BIN_S, AppliedEvent, TransportMetrics, percentiles
 from testbed.analysis.port_series import CONGESTION, FAILURE, OTHER, drops_by_cause
 from testbed.harness.records import path_name
 from testbed.scenario import FAILURE_ACTIONS
 
 if TYPE_CHECKING:
     import matplotlib.pyplot as plt
+    from matplotlib.text import Annotation
 
 
 def _pyplot() -> ModuleType:
@@ -88,43 +95,129 @@ def path_colours(names: Iterable[str]) -> dict[str, str]:
     return {n: to_hex(cmap(i / (len(ordered) - 1))) for i, n in enumerate(ordered)}
 
 
-def _smooth(values: Sequence[float], width: int) -> list[float]:
-    """Centred moving average; the edges average what exists."""
+def _trailing_mean(values: Sequence[float], width: int) -> list[float]:
+    """Trailing moving average: entry i is the mean of bins i-width+1..i (at the start, of the
+    bins that exist). Trailing, not centred: a centred window lets every curve fall half a
+    window *before* a failure, as if the transports had seen it coming. Draw entry i at the
+    end of bin i (`_window_ends`), when its window has closed."""
     if width <= 1:
         return list(values)
-    half = width // 2
     prefix = [0.0]
     for v in values:
         prefix.append(prefix[-1] + v)
-    out = []
-    for i in range(len(values)):
-        lo, hi = max(0, i - half), min(len(values), i + half + 1)
-        out.append((prefix[hi] - prefix[lo]) / (hi - lo))
-    return out
+    return [
+        (prefix[i + 1] - prefix[max(0, i + 1 - width)]) / (i + 1 - max(0, i + 1 - width))
+        for i in range(len(values))
+    ]
+
+
+def _bin_width(times: Sequence[float]) -> float:
+    """The bins' width from their start times; BIN_S for fewer than two bins."""
+    return float(times[1] - times[0]) if len(times) >= 2 and times[1] > times[0] else BIN_S
+
+
+def _window_ends(times: Sequence[float], bin_s: float, scale: float) -> list[float]:
+    """Where a trailing mean's entries go on an axis in units of `scale` seconds."""
+    return [(t + bin_s) / scale for t in times]
+
+
+def _time_axis(ax: plt.Axes, span_s: float, what: str = "time since workload start") -> float:
+    """Label the x axis in the unit that fits a run of `span_s` seconds (µs, ms or s); returns
+    that unit's length in seconds, by which the caller divides its times."""
+    name, size = unit_for(span_s)
+    ax.set_xlabel(f"{what} ({name})")
+    return size
+
+
+EVENT_ROWS = 4
+"""Rows of event labels in the head-room above the data; past that, the events are numbered."""
+_EVENT_FONT = 7.5
 
 
 def _mark_events(ax: plt.Axes, events: Sequence[EventMark]) -> None:
-    """Vertical lines labelled inside the top of the axes, staggered so close ones stay legible."""
-    last_t, level = -math.inf, 0
-    xmin, xmax = ax.get_xlim()
-    span = max(xmax - xmin, 1e-9)
-    for t, label in sorted(events):
-        failure = label.split(" ", 1)[0] in FAILURE_ACTIONS
-        ax.axvline(t, **(FAILURE_STYLE if failure else RECOVERY_STYLE), zorder=1)
-        level = level + 1 if (t - last_t) < 0.06 * span else 0
-        last_t = t
-        ax.annotate(
-            label,
-            xy=(t, 1.0),
-            xycoords=("data", "axes fraction"),
-            xytext=(3, -4 - 11 * (level % 4)),
-            textcoords="offset points",
-            fontsize=7.5,
-            va="top",
-            ha="left",
-            color=(FAILURE_STYLE if failure else RECOVERY_STYLE)["color"],
-            bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.8},
-        )
+    """A vertical line per event (times in the axis' data units), labelled at the top of the
+    axes where no label can overlap another.
+
+    Call after `fig.tight_layout()`: the renderer measures each label in the final layout, and
+    a label goes in the first of EVENT_ROWS rows where its box, right or left of its line and
+    inside the axes, meets no box already placed. If some label fits nowhere, every event is
+    numbered instead: the numbers go in rows as many as they need, and the key ("1 blackhole
+    spine1-leaf2; 2 ...") under the x-axis label."""
+    if not events:
+        return
+    ordered = sorted(events)
+    styles = []
+    for t, label in ordered:
+        style = FAILURE_STYLE if label.split(" ", 1)[0] in FAILURE_ACTIONS else RECOVERY_STYLE
+        ax.axvline(t, **style, zorder=1)
+        styles.append(style["color"])
+    items = [(t, label, c) for (t, label), c in zip(ordered, styles, strict=True)]
+    if _place_labels(ax, items, EVENT_ROWS):
+        return
+    key = "; ".join(f"{k} {label}" for k, (_, label) in enumerate(ordered, 1))
+    ax.annotate(
+        textwrap.fill("events: " + key, 150),
+        xy=(0.0, 0.0),
+        xycoords=("axes fraction", ax.xaxis.label),
+        xytext=(0, -3),
+        textcoords="offset points",
+        fontsize=_EVENT_FONT,
+        va="top",
+        ha="left",
+    )
+    ax.figure.tight_layout()
+    _place_labels(ax, [(t, str(k), c) for k, (t, _, c) in enumerate(items, 1)], None)
+
+
+def _place_labels(ax: plt.Axes, items: Sequence[tuple[float, str, str]], rows: int | None) -> bool:
+    """Annotate each (time, text, colour) in the first row (of `rows`; None: unbounded) where
+    it fits without overlapping; False, with nothing left drawn, if one fits in none."""
+    renderer = ax.figure.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    placed: list = []
+    boxes: list = []
+    pad = 0.15 * _EVENT_FONT * ax.figure.dpi / 72  # the white box around the text (px)
+    for t, text, c in items:
+        done = False
+        # Unbounded: a row below every placed label is free, so len(items) rows always do.
+        for row in range(rows if rows is not None else len(items)):
+            for ha, dx in (("left", 3), ("right", -3)):
+                a = _event_label(ax, t, text, c, ha, dx, row)
+                box = a.get_window_extent(renderer).padded(pad)
+                inside = frame.x0 <= box.x0 and box.x1 <= frame.x1
+                inside = inside and (rows is None or box.y0 >= frame.y0)
+                if inside and not any(box.overlaps(b) for b in boxes):
+                    placed.append(a)
+                    boxes.append(box)
+                    done = True
+                    break
+                a.remove()
+            if done:
+                break
+        if not done:
+            for a in placed:
+                a.remove()
+            return False
+    return True
+
+
+def _event_label(
+    ax: plt.Axes, t: float, text: str, colour_: str, ha: str, dx: float, row: int
+) -> Annotation:
+    """One event label in row `row` (rows one label's height and a gap apart)."""
+    step = _EVENT_FONT * 1.2 + 2 * 0.15 * _EVENT_FONT + 1.5  # text, its box's pad, a gap (pt)
+    return ax.annotate(
+        text,
+        xy=(t, 1.0),
+        xycoords=("data", "axes fraction"),
+        xytext=(dx, -4 - step * row),
+        textcoords="offset points",
+        fontsize=_EVENT_FONT,
+        va="top",
+        ha=ha,
+        color=colour_,
+        bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.8},
+    )
 
 
 def _finish(fig: plt.Figure, path: str | Path) -> Path:
@@ -135,6 +228,17 @@ def _finish(fig: plt.Figure, path: str | Path) -> Path:
     return path
 
 
+def _span(times: Sequence[float], bin_s: float) -> float:
+    return (times[-1] + bin_s) if len(times) else bin_s
+
+
+def smoothing_caption(smooth_bins: int, bin_s: float) -> str:
+    """What a plot's smoothed line and faint steps are, in the units that fit the run."""
+    if smooth_bins <= 1:
+        return f"{fmt_duration(bin_s)} bins"
+    return f"line: trailing {fmt_duration(smooth_bins * bin_s)} average; faint: {fmt_duration(bin_s)} bins"
+
+
 def plot_goodput(
     series: Mapping[str, tuple[Sequence[float], Sequence[float]]],
     path: str | Path,
@@ -143,16 +247,26 @@ def plot_goodput(
     bottleneck_mbps: float | None = None,
     title: str = "Goodput",
     smooth_bins: int = 5,
+    bin_s: float | None = None,
 ) -> Path:
-    """Goodput over time per transport: raw 10 ms bins faintly, a moving average on top."""
+    """Goodput over time per transport: the raw bins faintly, a trailing moving average over
+    `smooth_bins` bins on top, drawn where each window ends. `bin_s`: the bins' width (by
+    default from the times: a dilated fabric's bins are BIN_S x its time scale); the title
+    states both lengths and the time axis takes the unit that fits the run."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10, 4.2))
+    first = next((t for t, _ in series.values() if len(t) >= 2), [])
+    bin_s = bin_s or _bin_width(first)
+    span = max((_span(t, bin_s) for t, _ in series.values()), default=bin_s)
+    scale = _time_axis(ax, span)
     top = 0.0
     for i, (name, (times, mbps)) in enumerate(series.items()):
         c = colour(name, i)
-        ax.step(times, mbps, where="post", color=c, alpha=0.22, linewidth=0.7)
-        ax.plot(times, _smooth(mbps, smooth_bins), color=c, linewidth=1.8, label=f"{name}")
-        top = max(top, max(_smooth(mbps, smooth_bins), default=0.0))
+        xs = [t / scale for t in times]
+        ax.step(xs, mbps, where="post", color=c, alpha=0.22, linewidth=0.7)
+        mean = _trailing_mean(mbps, smooth_bins)
+        ax.plot(_window_ends(times, bin_s, scale), mean, color=c, linewidth=1.8, label=name)
+        top = max(top, max(mean, default=0.0))
     if bottleneck_mbps:
         ax.axhline(bottleneck_mbps, color="black", linewidth=0.8, alpha=0.5)
         ax.annotate(
@@ -166,16 +280,13 @@ def plot_goodput(
         )
         top = max(top, bottleneck_mbps)
     ax.set_ylim(0, (top or 1.0) * 1.45)  # head-room for the event labels
-    ax.set_xlim(left=0)
-    ax.set_xlabel("time since workload start (s)")
+    ax.set_xlim(0, span / scale)
     ax.set_ylabel("goodput (Mbps)")
-    ax.set_title(
-        title + f"  ({smooth_bins * 10} ms moving average; faint: 10 ms bins)", fontsize=10
-    )
+    ax.set_title(f"{title}  ({smoothing_caption(smooth_bins, bin_s)})", fontsize=10)
     ax.grid(alpha=0.3)
-    _mark_events(ax, events)
     ax.legend(loc="lower right", fontsize=8, framealpha=0.9)
     fig.tight_layout()
+    _mark_events(ax, [(t / scale, label) for t, label in events])
     return _finish(fig, path)
 
 
@@ -189,6 +300,7 @@ def plot_ev_share(
     max_series: int = 10,
     smooth_bins: int = 5,
     colours: Mapping[str, str] | None = None,
+    bin_s: float | None = None,
 ) -> Path:
     """Stacked share of sent bytes per EV (or path) over time; the smallest grouped as "other".
 
@@ -196,17 +308,19 @@ def plot_ev_share(
     largest `max_series - 1` are drawn and the rest summed. Bands are stacked in name order and
     coloured from `colours` (`path_colours`; default: from these names), so two transports'
     plots of one run draw each path alike. Bins with no traffic are left empty rather than drawn
-    as an invented share.
+    as an invented share. Shares are of a trailing window of `smooth_bins` bins of `bin_s`
+    (default: from the times), drawn where each window ends; the title says how long it is.
     """
+    bin_s = bin_s or _bin_width(bin_times)
     totals = sorted(ev_bytes, key=lambda k: -sum(ev_bytes[k]))
     keep = totals if len(totals) <= max_series else totals[: max_series - 1]
     keep = sorted(keep, key=_natural)
     colours = colours if colours is not None else path_colours(ev_bytes)
-    rows = {k: _smooth(ev_bytes[k], smooth_bins) for k in keep}
+    rows = {k: _trailing_mean(ev_bytes[k], smooth_bins) for k in keep}
     rest = [k for k in totals if k not in keep]
     if rest:
         other = [sum(ev_bytes[k][i] for k in rest) for i in range(len(bin_times))]
-        rows[f"other ({len(rest)} EVs)"] = _smooth(other, smooth_bins)
+        rows[f"other ({len(rest)} EVs)"] = _trailing_mean(other, smooth_bins)
     n = len(bin_times)
     sums = [sum(r[i] for r in rows.values()) for i in range(n)]
     shares = {
@@ -214,19 +328,20 @@ def plot_ev_share(
     }
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10, 4.2))
+    scale = _time_axis(ax, _span(bin_times, bin_s))
+    xs = _window_ends(bin_times, bin_s, scale)
     fallback = path_colours(keep)
     band_colours = [colours.get(k, fallback[k]) for k in keep]
     if rest:
         band_colours.append(OTHER_COLOUR)
-    ax.stackplot(bin_times, *shares.values(), labels=list(shares), colors=band_colours, alpha=0.9)
-    ax.set_xlim(bin_times[0] if n else 0, bin_times[-1] if n else 1)
+    ax.stackplot(xs, *shares.values(), labels=list(shares), colors=band_colours, alpha=0.9)
+    ax.set_xlim(bin_times[0] / scale if n else 0, xs[-1] if n else 1)
     ax.set_ylim(0, 1.28)
     ax.set_yticks([0, 0.25, 0.5, 0.75, 1.0])
     ax.set_yticklabels(["0%", "25%", "50%", "75%", "100%"])
-    ax.set_xlabel("time since workload start (s)")
     ax.set_ylabel("share of bytes sent")
-    ax.set_title(title, fontsize=10)
-    _mark_events(ax, events)
+    window = fmt_duration(max(smooth_bins, 1) * bin_s)
+    ax.set_title(f"{title}  (share of each trailing {window} window)", fontsize=10)
     handles, labels = ax.get_legend_handles_labels()
     # Legend top-to-bottom in the order the bands are stacked on screen.
     ax.legend(
@@ -238,6 +353,7 @@ def plot_ev_share(
         frameon=False,
     )
     fig.tight_layout()
+    _mark_events(ax, [(t / scale, label) for t, label in events])
     return _finish(fig, path)
 
 
@@ -417,9 +533,12 @@ def plot_ports(
     fig, (ax_q, ax_c) = plt.subplots(2, 1, figsize=(10, 6.8), gridspec_kw={"height_ratios": [3, 2]})
     busiest = sorted(queues, key=lambda p: -max(queues[p][1], default=0))[:max_ports]
     cmap = plt.get_cmap("tab10")
+    ends = [queues[p][0][-1] for p in queues if len(queues[p][0])] + [t for t, _ in events]
+    scale = _time_axis(ax_q, max(ends, default=1.0))
     for i, port in enumerate(busiest):
         times, depth = queues[port]
-        ax_q.step(times, [d / 1000 for d in depth], where="post", color=cmap(i % 10), label=port)
+        xs = [t / scale for t in times]
+        ax_q.step(xs, [d / 1000 for d in depth], where="post", color=cmap(i % 10), label=port)
     if queue_limit_kb:
         ax_q.axhline(queue_limit_kb, color="black", linewidth=0.8, alpha=0.6)
         ax_q.annotate(
@@ -433,16 +552,15 @@ def plot_ports(
     peak = max((max(queues[p][1], default=0) / 1000 for p in busiest), default=0.0)
     ax_q.set_ylim(0, max(peak, queue_limit_kb or 0, 1.0) * 1.4)
     ax_q.set_xlim(left=0)
-    ax_q.set_xlabel("time since workload start (s)")
     if interval_ms:
-        ax_q.set_ylabel(f"deepest data queue\nper {interval_ms:.3g} ms (kB)")
-        what = f"deepest queue per {interval_ms:.3g} ms of the {len(busiest)} deepest ports"
+        every = fmt_duration(interval_ms / 1e3)
+        ax_q.set_ylabel(f"deepest data queue\nper {every} (kB)")
+        what = f"deepest queue per {every} of the {len(busiest)} deepest ports"
     else:
         ax_q.set_ylabel("data queue (kB)")
         what = f"queue depth of the {len(busiest)} deepest ports"
     ax_q.set_title(f"{title}: {what}", fontsize=10)
     ax_q.grid(alpha=0.3)
-    _mark_events(ax_q, events)
     if busiest:
         ax_q.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
 
@@ -474,6 +592,7 @@ def plot_ports(
     ax_c.set_title(f"{title}: trims and drops per port by cause (whole run)", fontsize=10)
     ax_c.grid(alpha=0.3, axis="y")
     fig.tight_layout()
+    _mark_events(ax_q, [(t / scale, label) for t, label in events])
     return _finish(fig, path)
 
 

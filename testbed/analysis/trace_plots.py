@@ -96,7 +96,6 @@ def plot_iteration_timeline(
         ncol=4,
     )
     ax.set_xlim(left=0)
-    _mark_events(ax, [(t * 1e3, label) for t, label in events])
     if explained:
         said = [
             f"iteration {h['iteration']} ({h['ms']:.3f} ms): {_culprit(h)} lost packets on "
@@ -110,6 +109,7 @@ def plot_iteration_timeline(
         text = "time (ms, virtual). Outlined: " + "; ".join(said) + more
         ax.set_xlabel(textwrap.fill(text, 140), fontsize=8)
     fig.tight_layout()
+    _mark_events(ax, [(t * 1e3, label) for t, label in events])  # measured in the final layout
     return _finish(fig, path)
 
 
