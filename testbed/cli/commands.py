@@ -308,6 +308,7 @@ def _finish_run(outcome, args: argparse.Namespace) -> int:
     print_comparison(outcome.summary, outcome.metrics)
     print(f"\nresults: {outcome.out_dir}")
     print(f"  report:  {outcome.out_dir / 'report.md'}")
+    print(f"  html:    {outcome.out_dir / 'report.html'}")
     print(f"  summary: {outcome.out_dir / 'summary.json'}")
     for path in outcome.data:
         print(f"  data:    {path}")
@@ -352,6 +353,7 @@ def _finish_repeated(outcome: RepeatedOutcome, args: argparse.Namespace) -> int:
     print(f"\nresults: {outcome.out_dir}")
     name = "sweep" if sweep else "report"
     print(f"  {name}:  {outcome.out_dir / (name + '.md')}")
+    print(f"  html:    {outcome.out_dir / 'report.html'}")
     print(f"  summary: {outcome.out_dir / ('sweep.json' if sweep else 'summary.json')}")
     for caption, path in outcome.plots.items():
         print(f"  plot:    {path}  ({caption})")

@@ -15,13 +15,14 @@ swept value. Every point is validated before the first is built.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from testbed.analysis.aggregate import CONFIDENCE, aggregate, repeated_valid
+from testbed.analysis.html_report import write_html_report
 from testbed.analysis.report import markdown_table, write_summary
 from testbed.analysis.spread_plots import plot_goodput_band, plot_metric_intervals, plot_sweep
 from testbed.analysis.validity import is_valid
@@ -233,6 +234,9 @@ def _summarise_repeated(
     if not valid:
         progress.line("INVALID: " + "; ".join(reasons) + " -- too few runs kept up to be a result")
     judged_list = [t for t in (judged or transports) if t in block]
+    write_html_report(
+        out_dir, summary, plots=plots, judged=judged_list, table=repeated_rows(block), scenario=sc
+    )
     return RepeatedOutcome(summary, out_dir, plots, judged_list, list(runs))
 
 
@@ -344,8 +348,12 @@ def _run_sweep(
     repeat: int | None,
     quick_run: bool,
     plot_format: str = "png",
+    made: Callable[[SweepPoint, Path, dict[str, Any]], Outcome | RepeatedOutcome] | None = None,
 ) -> RepeatedOutcome:
-    """Every point of the sweep under out_dir/points/, then sweep.json, sweep.md and a plot."""
+    """Every point of the sweep under out_dir/points/, then sweep.json, sweep.md and a plot.
+
+    `made(point, folder, tag)`: the point's outcome from runs made elsewhere (a Slurm array,
+    testbed.experiment.executor), read instead of run."""
     started = datetime.now(timezone.utc)
     out_dir.mkdir(parents=True, exist_ok=True)
     done = []
@@ -356,7 +364,14 @@ def _run_sweep(
         shown = ", ".join(f"{k} = {v}" for k, v in p.values.items())
         progress.line(f"== sweep point {p.index} of {len(points)}: {shown}")
         tag = {"sweep_point": dict(p.values)}
-        if len(seeds) == 1:
+        if made is not None:
+            o = made(p, where, tag)
+            block = (
+                o.summary["transports"]
+                if isinstance(o, RepeatedOutcome)
+                else aggregate([o.summary], sc.expect, list(o.summary["transports"]))
+            )
+        elif len(seeds) == 1:
             o = run_scenario(
                 _with_seed(point_sc, seeds[0]), transports, where, judged=judged,
                 progress=progress, time_dilation=time_dilation, annotate=tag,
@@ -405,6 +420,7 @@ def _run_sweep(
     if not summary["emulation"]["valid"]:
         progress.line("INVALID points: " + "; ".join(summary["emulation"]["invalid_reasons"]))
     judged_list = list(judged or transports)
+    write_html_report(out_dir, summary, plots=plots, table=sweep_rows(summary), scenario=sc)
     return RepeatedOutcome(summary, out_dir, plots, judged_list)
 
 
@@ -421,9 +437,8 @@ def _file_safe(key: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in key).strip("_")
 
 
-def render_sweep_report(
-    summary: Mapping[str, Any], plots: Mapping[str, Path], out_dir: Path
-) -> str:
+def sweep_rows(summary: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The sweep's table: one row per point and transport."""
     keys = list(summary["sweep"])
     transports = list(dict.fromkeys(t for p in summary["points"] for t in p["transports"]))
     metrics = ("goodput_mbps", "max_stall_ms", "failover_ms", "step_p100_ms")
@@ -443,6 +458,14 @@ def render_sweep_report(
                     "pass" if s["expectations"]["passed"] else "FAIL",
                 ]
             )
+    return header, rows
+
+
+def render_sweep_report(
+    summary: Mapping[str, Any], plots: Mapping[str, Path], out_dir: Path
+) -> str:
+    keys = list(summary["sweep"])
+    header, rows = sweep_rows(summary)
     lines = [
         f"# {summary['scenario']}: sweep over {', '.join(keys)}",
         "",

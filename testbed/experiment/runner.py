@@ -40,6 +40,7 @@ from typing import Any
 
 from contracts import datapath
 from contracts.clock import MAX_DILATION
+from testbed.analysis.html_report import write_html_report
 from testbed.analysis.metrics import (
     AppliedEvent,
     Emulation,
@@ -316,6 +317,7 @@ def _run_all(
             + " -- these numbers are the machine's, not the network's"
         )
     judged = [t for t in (judged or transports) if t in results]
+    write_html_report(out_dir, summary, scenario=sc, metrics=metrics, plots=plots, judged=judged)
     return Outcome(summary, metrics, out_dir, plots, judged, data)
 
 
