@@ -156,7 +156,7 @@ def _mark_events(ax: plt.Axes, events: Sequence[EventMark]) -> None:
         return
     key = "; ".join(f"{k} {label}" for k, (_, label) in enumerate(ordered, 1))
     ax.annotate(
-        textwrap.fill("events: " + key, 150),
+        textwrap.fill("events: " + key, 130),
         xy=(0.0, 0.0),
         xycoords=("axes fraction", ax.xaxis.label),
         xytext=(0, -3),
@@ -177,7 +177,10 @@ def _place_labels(ax: plt.Axes, items: Sequence[tuple[float, str, str]], rows: i
     placed: list = []
     boxes: list = []
     pad = 0.15 * _EVENT_FONT * ax.figure.dpi / 72  # the white box around the text (px)
+    lo, hi = sorted(ax.get_xlim())
     for t, text, c in items:
+        if not lo <= t <= hi:  # off the axis: no line to label
+            continue
         done = False
         # Unbounded: a row below every placed label is free, so len(items) rows always do.
         for row in range(rows if rows is not None else len(items)):
