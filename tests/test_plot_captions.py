@@ -151,3 +151,23 @@ def test_smoothing_caption_without_averaging():
 )
 def test_durations_in_units_that_fit(seconds, text):
     assert durations.fmt_duration(seconds) == text
+
+
+@pytest.mark.parametrize("scale", SCALES)
+def test_goodput_band_caption_and_trailing_median(monkeypatch, scale):
+    from testbed.analysis import spread_plots
+
+    kept = {}
+    monkeypatch.setattr(spread_plots, "_finish", lambda fig, path: kept.setdefault("fig", fig))
+    bin_s, n, t_step, unit, bin_text, window_text = SCALES[scale]
+    runs = [step_series(bin_s, n, t_step) for _ in range(3)]
+    spread_plots.plot_goodput_band({"mrc": runs}, "band.png")
+    ax = kept["fig"].axes[0]
+    assert f"trailing {window_text} average of {bin_text} bins" in ax.get_title()
+    assert ax.get_xlabel().endswith(f"({unit})")
+    size = dict(durations.UNITS)[unit]
+    xs, ys = ax.get_lines()[0].get_xdata(), ax.get_lines()[0].get_ydata()
+    assert all(y == 100.0 for x, y in zip(xs, ys, strict=True) if x * size <= t_step + 1e-12)
+    import matplotlib.pyplot as plt
+
+    plt.close(kept["fig"])

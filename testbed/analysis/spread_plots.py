@@ -13,7 +13,16 @@ from typing import Any
 
 import numpy as np
 
-from testbed.analysis.plots import _finish, _pyplot, colour
+from testbed.analysis.durations import fmt_duration
+from testbed.analysis.plots import (
+    _bin_width,
+    _finish,
+    _pyplot,
+    _time_axis,
+    _trailing_mean,
+    _window_ends,
+    colour,
+)
 
 _LINESTYLES = ("-", "--", ":", "-.")
 HEADLINE = ("goodput_mbps", "max_stall_ms", "failover_ms", "step_p100_ms")
@@ -28,27 +37,32 @@ def plot_goodput_band(
     smooth_bins: int = 5,
 ) -> Path:
     """Per transport: the median over runs of goodput per time bin, and the band from the
-    lowest to the highest run (each run smoothed over `smooth_bins` bins first)."""
+    lowest to the highest run (each run first averaged over a trailing window of `smooth_bins`
+    bins, drawn where the window ends, as in plots.plot_goodput; the title says how long)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10, 4.2))
+    first = next((r[0] for runs in series.values() for r in runs if len(r[0]) >= 2), [])
+    bin_s = _bin_width(first)
+    span = max((r[0][-1] + bin_s for runs in series.values() for r in runs if len(r[0])),
+               default=bin_s)  # fmt: skip
+    scale = _time_axis(ax, span)
     for i, (name, runs) in enumerate(series.items()):
         runs = [r for r in runs if len(r[0])]
         if not runs:
             continue
         n = min(len(t) for t, _ in runs)
-        times = np.asarray(runs[0][0][:n], dtype=float)
-        kernel = np.ones(smooth_bins) / smooth_bins
-        stack = np.vstack(
-            [np.convolve(np.asarray(v[:n], dtype=float), kernel, mode="same") for _, v in runs]
-        )
+        times = _window_ends(runs[0][0][:n], bin_s, scale)
+        stack = np.vstack([_trailing_mean(list(v[:n]), smooth_bins) for _, v in runs])
         c = colour(name, i)
         ax.fill_between(times, stack.min(axis=0), stack.max(axis=0), color=c, alpha=0.2, lw=0)
         ax.plot(times, np.median(stack, axis=0), color=c, lw=1.8, label=f"{name} (n={len(runs)})")
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
-    ax.set_xlabel("time since workload start (s)")
     ax.set_ylabel("goodput (Mbps)")
-    ax.set_title(f"{title}: median over runs, band = min..max ({smooth_bins * 10} ms avg)")
+    window = f"trailing {fmt_duration(max(smooth_bins, 1) * bin_s)} average"
+    ax.set_title(
+        f"{title}: median over runs, band = min..max ({window} of {fmt_duration(bin_s)} bins)"
+    )
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
