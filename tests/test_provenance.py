@@ -15,7 +15,8 @@ def test_provenance_names_code_machine_and_command():
     p = provenance(sc, ["testbed", "run", "silent-blackhole"])
     assert set(p) == {
         "version", "commit", "python", "python_executable", "kernel", "cpu_model",
-        "cpu_count", "time_dilation", "seeds", "command", "scenario",
+        "cpu_count", "time_dilation", "seeds", "command", "scenario", "node", "datapath",
+        "install_path", "calibration",
     }  # fmt: skip
     assert re.fullmatch(r"\d+\.\d+\.\d+.*", p["version"])
     assert p["commit"] is None or re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", p["commit"])

@@ -39,6 +39,7 @@ from testbed.cli.commands import (
     cmd_up,
 )
 from testbed.experiment.errors import RunError
+from testbed.experiment.executor import EXECUTORS
 from testbed.experiment.runner import COMPARE_BASELINES, DATA_FORMATS
 from testbed.fabric import client, interrupts
 from testbed.fabric.failures import CTL_USAGE, FailureError
@@ -288,6 +289,7 @@ def _scenario_commands(sub) -> None:
             help="file format of every plot (default png; svg and pdf for papers)",
         )
         _datapath_flag(rp)
+        _executor_flags(rp)
         if cmd == "run":
             rp.add_argument("--transport", help="run this transport (or a,b,...) instead")
             rp.set_defaults(func=cmd_run)
@@ -299,6 +301,41 @@ def _scenario_commands(sub) -> None:
                 f"more; else its transport and the baselines: {', '.join(COMPARE_BASELINES)})",
             )
             rp.set_defaults(func=cmd_compare)
+
+
+def _executor_flags(p: argparse.ArgumentParser) -> None:
+    """`--executor local|slurm` and Slurm's options (testbed.experiment.executor)."""
+    p.add_argument(
+        "--executor",
+        choices=EXECUTORS,
+        default="local",
+        help="local (default): every run here, one after another; slurm: one job array, "
+        "one run per node, results on the shared filesystem (docs/cluster.md)",
+    )
+    p.add_argument("--partition", metavar="P", help="slurm: the partition (default Slurm's)")
+    p.add_argument(
+        "--slurm-option",
+        action="append",
+        default=[],
+        metavar="OPT",
+        help="slurm: an sbatch option passed as it is, e.g. --slurm-option=--time=30 (repeat)",
+    )
+    p.add_argument(
+        "--slurm-config",
+        metavar="FILE",
+        help="slurm: YAML with partition, options, shared, python "
+        "(default $TESTBED_SLURM_CONFIG or ~/.config/mrc-testbed/slurm.yaml)",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="slurm: submit again only the runs of --out with no finished result",
+    )
+    p.add_argument(
+        "--allow-mixed-calibration",
+        action="store_true",
+        help="slurm: pool runs whose emulator calibrations differ (refused by default)",
+    )
 
 
 def _soak_command(sub) -> None:

@@ -30,11 +30,11 @@ from testbed.experiment.api import load
 from testbed.experiment.calibration import load_budget
 from testbed.experiment.dilation import parse_dilation
 from testbed.experiment.errors import RunError
+from testbed.experiment.executor import Cluster, run_with_executor
 from testbed.experiment.repetitions import (
     RepeatedOutcome,
     format_plain_table,
     repeated_rows,
-    run_experiment,
     seeds_for,
 )
 from testbed.experiment.runner import (
@@ -44,6 +44,7 @@ from testbed.experiment.runner import (
     default_out_dir,
     transports_arg,
 )
+from testbed.experiment.slurm import SlurmOptions
 from testbed.experiment.soak import QUICK_MINUTES, SoakOptions, run_soak
 from testbed.fabric import client
 from testbed.fabric.cleanup import clean_all
@@ -396,11 +397,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(str(exc)) from None
     check_runnable(transports)
-    need_root("testbed run")
-    _calibrate_if_needed(sc, dilation)
+    cluster = _cluster(args)
+    if cluster is None:  # on Slurm, each task needs root on its node, and calibrates there
+        need_root("testbed run")
+        _calibrate_if_needed(sc, dilation)
     out = Path(args.out) if args.out else default_out_dir(sc)
-    outcome = run_experiment(
-        sc, transports, out, progress=_progress(args), time_dilation=dilation,
+    outcome = run_with_executor(
+        sc, transports, out, cluster=cluster, progress=_progress(args), time_dilation=dilation,
         repeat=args.repeat, sweep=args.sweep_map, quick_run=args.quick,
         data_format=args.data_format, plot_format=args.plot_format,
     )  # fmt: skip
@@ -418,16 +421,36 @@ def cmd_compare(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(str(exc)) from None
     check_runnable(transports)
-    need_root("testbed compare")
-    _calibrate_if_needed(sc, dilation)
+    cluster = _cluster(args)
+    if cluster is None:  # on Slurm, each task needs root on its node, and calibrates there
+        need_root("testbed compare")
+        _calibrate_if_needed(sc, dilation)
     out = Path(args.out) if args.out else default_out_dir(sc)
     judged = [t for t in transports if t in sc.transports]
-    outcome = run_experiment(
-        sc, transports, out, judged=judged, progress=_progress(args), time_dilation=dilation,
+    outcome = run_with_executor(
+        sc, transports, out, cluster=cluster, judged=judged, progress=_progress(args),
+        time_dilation=dilation,
         repeat=args.repeat, sweep=args.sweep_map, quick_run=args.quick,
         data_format=args.data_format, plot_format=args.plot_format,
     )  # fmt: skip
     return _finish_run(outcome, args)
+
+
+def _cluster(args: argparse.Namespace) -> Cluster | None:
+    """`--executor slurm` and its options; None for local (where Slurm's options are errors)."""
+    if args.executor == "local":
+        for flag, given in (("--partition", args.partition), ("--resume", args.resume),
+                            ("--slurm-option", args.slurm_option),
+                            ("--slurm-config", args.slurm_config),
+                            ("--allow-mixed-calibration", args.allow_mixed_calibration)):  # fmt: skip
+            if given:
+                raise CliError(f"{flag}: only with --executor slurm")
+        return None
+    if args.resume and not args.out:
+        raise CliError("--resume: name the results folder to finish with --out")
+    options = SlurmOptions.from_config(args.slurm_config, args.partition, args.slurm_option)
+    return Cluster(options, resume=args.resume,
+                   allow_mixed_calibration=args.allow_mixed_calibration)  # fmt: skip
 
 
 def cmd_soak(args: argparse.Namespace) -> int:

@@ -99,3 +99,17 @@ def load_budget(path: Path | None = None) -> tuple[float, str] | None:
         if record.get("machine") == me and 0 <= age_days <= MAX_AGE_DAYS and hops > 0:
             return hops, "calibrated"
     return None
+
+
+def current_record(path: Path | None = None) -> dict | None:
+    """The calibration `load_budget` would use here (budget, when, machine), for a run's
+    provenance; None if this machine has no fresh one (the fallback budget applies)."""
+    path = path or cache_path()
+    found = load_budget(path)
+    if found is None:
+        return None
+    me = machine()
+    for record in _records(path):
+        if record.get("machine") == me and float(record.get("budget_hops_per_s", 0)) == found[0]:
+            return {k: record.get(k) for k in ("budget_hops_per_s", "measured_at", "machine")}
+    return None

@@ -13,9 +13,12 @@ import os
 import platform
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
+from contracts import datapath
 from contracts.project import __version__, checkout
+from testbed.experiment.calibration import current_record
 from testbed.scenario import Scenario
 
 
@@ -63,4 +66,10 @@ def provenance(sc: Scenario, argv: list[str] | None = None) -> dict[str, Any]:
         "seeds": [sc.seed],
         "command": list(sys.argv if argv is None else argv),
         "scenario": sc.model_dump(mode="json", exclude_none=True),
+        # Which node of a cluster, with which data path and emulator calibration: runs pooled
+        # into one median must have had the same emulator (testbed.experiment.executor).
+        "node": platform.node(),
+        "datapath": datapath.check(None, datapath.ENV),
+        "install_path": str(checkout() or Path(__file__).resolve().parents[2]),
+        "calibration": current_record(),
     }
