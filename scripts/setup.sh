@@ -6,7 +6,8 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${TESTBED_VENV:-$HERE/.venv}"
 APT_PACKAGES=(mininet ethtool iproute2 iperf3 iputils-ping traceroute tshark mptcpize
-              gcc python3-venv python3-dev zlib1g-dev bridge-utils procps)
+              gcc python3-venv python3-dev zlib1g-dev bridge-utils procps
+              munge slurmctld slurmd slurm-client)  # a local Slurm: scripts/slurm_local.sh
 # vagrant only for `vagrant validate` in CI and for users who build the VM; never recommends.
 OPTIONAL_APT=(vagrant)
 
