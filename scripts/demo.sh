@@ -42,4 +42,4 @@ step "testbed compare allreduce-under-failure: MRC vs single-path vs spraying wi
 "${TB[@]}" compare allreduce-under-failure --transports mrc,single-path,spray-no-failover \
   --out "$OUT/compare" || echo "(some expectations were not met: see $OUT/compare/report.md)"
 echo
-echo "results: $OUT (iperf3.txt, counters.txt, compare/: report.md, summary.json, *.png)"
+echo "results: $OUT (iperf3.txt, counters.txt, compare/: report.md, report.html, summary.json, *.png)"

@@ -8,8 +8,9 @@ VENV="${TESTBED_VENV:-$HERE/.venv}"
 APT_PACKAGES=(mininet ethtool iproute2 iperf3 iputils-ping traceroute tshark mptcpize
               gcc python3-venv python3-dev zlib1g-dev bridge-utils procps
               munge slurmctld slurmd slurm-client)  # a local Slurm: scripts/slurm_local.sh
-# vagrant only for `vagrant validate` in CI and for users who build the VM; never recommends.
-OPTIONAL_APT=(vagrant)
+# vagrant only for `vagrant validate` in CI and for users who build the VM; chromium only for the
+# test that renders report.html headless (tests/test_html_report.py); never recommends.
+OPTIONAL_APT=(vagrant chromium)
 
 log() { printf 'setup: %s\n' "$*"; }
 
@@ -30,7 +31,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
     for pkg in "${missing[@]}"; do
         if printf '%s\n' "${OPTIONAL_APT[@]}" | grep -qx "$pkg"; then
             apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null \
-                || log "optional package $pkg could not be installed; vagrant checks will skip"
+                || log "optional package $pkg could not be installed; the tests that need it will skip"
         else
             apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null
         fi
