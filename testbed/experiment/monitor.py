@@ -2,7 +2,7 @@
 
 `Monitor` is the thread that reads every switch's counters every MONITOR_S (draining their
 per-interval queue maxima), probes the machine's timer lateness with short sleeps and feeds the
-live goodput to the progress line. `cpu_times` and `host_udp_drops` are the readings taken
+live goodput, the time dilation and the lateness verdict so far to the progress line. `cpu_times` and `host_udp_drops` are the readings taken
 around a run (the machine's CPU use, the hosts' kernels' UDP drops); the soak takes them too.
 Each reading that cannot be taken says so, so that the verdict can fail closed.
 """
@@ -15,7 +15,8 @@ import time
 from collections.abc import Callable, Sequence
 
 from contracts.clock import Clock
-from contracts.stats import percentile
+from contracts.stats import LateHistogram, percentile
+from testbed.analysis.durations import fmt_duration
 from testbed.analysis.port_series import (
     QueueMaxima,
     merge_queue_maxima,
@@ -77,7 +78,11 @@ class Monitor(threading.Thread):
         live_bytes: Callable[[], int] | None,
         next_event: Callable[[], str],
         clock: Clock,
+        late_limit_us: float | None = None,
     ) -> None:
+        """`late_limit_us`: the endpoint timer lateness the verdict allows (virtual µs,
+        testbed.analysis.validity.Thresholds); given, the progress line says whether the
+        probe's lateness so far is within it."""
         super().__init__(daemon=True, name="monitor")
         self.clock = clock  # t0 and every sample time are virtual; the probe's sleeps real
         self.fabric_name = name
@@ -90,6 +95,10 @@ class Monitor(threading.Thread):
         self.maxima: QueueMaxima = {}
         self.interval_s: float | None = None
         self.late_us: list[float] = []
+        # The same samples counted for the live verdict: a percentile four times a second
+        # without sorting a list that grows by hundreds a second.
+        self.late_hist = LateHistogram()
+        self.late_limit_us = late_limit_us
         self.errors = 0
 
     def run(self) -> None:
@@ -100,7 +109,9 @@ class Monitor(threading.Thread):
             before = time.monotonic()
             time.sleep(JITTER_TICK_S)
             late_real = max(0.0, time.monotonic() - before - JITTER_TICK_S)
-            self.late_us.append(clock.virtual(late_real) * 1e6)
+            late_us = clock.virtual(late_real) * 1e6
+            self.late_us.append(late_us)
+            self.late_hist.add(late_us)
             now = time.monotonic()
             if now < next_sample:
                 continue
@@ -121,7 +132,14 @@ class Monitor(threading.Thread):
                 dt = max(now - last_t, clock.virtual(1e-3))
                 mbps = (got - last_bytes) * 8 / dt / 1e6
                 last_bytes, last_t = got, now
-            self.progress.status(t, self.duration, self.next_event(), mbps)
+            self.progress.status(
+                t,
+                self.duration,
+                self.next_event(),
+                mbps,
+                dilation=clock.dilation,
+                verdict=self.verdict_so_far(),
+            )
 
     def collect(self, counters: dict) -> None:
         """Merge one counters read's queue maxima (also the final read's, after the run)."""
@@ -129,6 +147,19 @@ class Monitor(threading.Thread):
         for sw in counters.values():
             if sw.get("queue_max_interval_s"):
                 self.interval_s = float(sw["queue_max_interval_s"])
+
+    def verdict_so_far(self) -> str | None:
+        """The probe's timer lateness so far against the verdict's limit, for the progress
+        line; None without a limit or a sample. Only a sign: the verdict itself is judged at
+        the end, on the switches' and the endpoints' own lateness (testbed.analysis.validity)."""
+        p99 = self.late_hist.percentile(99)
+        if self.late_limit_us is None or p99 is None:
+            return None
+        late = fmt_duration(p99 * 1e-6, 2)
+        limit = fmt_duration(self.late_limit_us * 1e-6, 2)
+        if p99 <= self.late_limit_us:
+            return f"keeping up so far (timers late P99 {late} <= {limit})"
+        return f"FALLING BEHIND (timers late P99 {late} > {limit})"
 
     def jitter_p99_us(self) -> float | None:
         """The probe's nearest-rank P99 (contracts.stats); None before its first sample."""

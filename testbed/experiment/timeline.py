@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 
 from contracts.clock import Clock
+from testbed.analysis.durations import fmt_duration, unit_for
 from testbed.analysis.metrics import (
     AppliedEvent,
 )
@@ -21,6 +22,23 @@ from testbed.fabric import client
 from testbed.scenario import (
     Event,
 )
+
+
+def event_line(applied: float, planned: float, what: str) -> str:
+    """`  750.4 µs  applied blackhole spine1-leaf2 (planned 750 µs; 420 ns late)`: both times
+    in the unit that fits them, to four significant digits, and the difference, so that an
+    event applied on time reads as on time at any time scale (rounded to the millisecond, a
+    dilated run's 0.75 ms event read `0.001s applied ... (planned 0.00075s)`)."""
+    name, size = unit_for(max(abs(applied), abs(planned)))
+    late = applied - planned
+    if late == 0:
+        off = "on time"
+    else:
+        off = f"{fmt_duration(abs(late), 2)} {'late' if late > 0 else 'early'}"
+    return (
+        f"  {applied / size:>8.4g} {name:<2} applied {what} "
+        f"(planned {fmt_duration(planned, 4, unit=name)}; {off})"
+    )
 
 
 def ctl_request(event: Event) -> dict:
@@ -49,7 +67,7 @@ class Timeline(threading.Thread):
         if self.index >= len(self.events):
             return "—"
         e = self.events[self.index]
-        return f"{e.describe()} at {e.at:g}s"
+        return f"{e.describe()} at {fmt_duration(e.at, 4)}"
 
     def run(self) -> None:
         for i, e in enumerate(self.events):
@@ -67,9 +85,7 @@ class Timeline(threading.Thread):
             # The supervisor answers in real monotonic seconds (shared by every namespace).
             applied_real = reply.get("applied_mono", time.monotonic())
             self.applied[i] = self.clock.virtual(applied_real) - self.t0
-            self.progress.line(
-                f"  {self.applied[i]:7.3f}s applied {e.describe()} (planned {e.at:g}s)"
-            )
+            self.progress.line(event_line(self.applied[i], e.at, e.describe()))
         self.index = len(self.events)
 
     def results(self) -> list[AppliedEvent]:

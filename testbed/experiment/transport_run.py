@@ -181,7 +181,11 @@ def _drive(
     t0 = driver.go()
     live = driver.live_bytes if isinstance(driver, EndpointDriver) else None
     timeline = Timeline(name, sc.timeline(), t0, progress, clock)
-    monitor = Monitor(name, t0, sc.duration_s, progress, live, timeline.next_event, clock)
+    limits = Thresholds.for_fabric(sc.topology.params())
+    monitor = Monitor(
+        name, t0, sc.duration_s, progress, live, timeline.next_event, clock,
+        late_limit_us=limits.endpoint_late_us,
+    )  # fmt: skip
     controller = None
     if sc.controller.enabled and isinstance(driver, EndpointDriver):
         c = sc.controller
@@ -222,7 +226,7 @@ def _drive(
     timing = _timing(
         clock, real_s, end_s, cpu_util, switch, late_at_go, host_drops, drops_missing,
         ep_stats, monitor.jitter_p99_us(),
-        Thresholds.for_fabric(sc.topology.params()).switch_late_us is not None,
+        limits.switch_late_us is not None,
     )  # fmt: skip
     emulation = Emulation(
         cpu_util=cpu_util,
