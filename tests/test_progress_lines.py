@@ -138,3 +138,14 @@ def test_the_monitor_judges_its_lateness_so_far():
         m.late_hist.add(40.0)
     assert m.verdict_so_far().startswith("FALLING BEHIND (timers late P99 40 µs > 12 µs")
     assert monitor(None).verdict_so_far() is None  # no limit: no verdict on the line
+
+
+def test_the_live_line_draws_on_the_progress_stream():
+    """With --json progress goes to stderr: rich must not print the event lines to stdout."""
+    stream = io.StringIO()
+    progress = Progress(stream=stream, live=True)
+    progress.begin("[mrc] fabric r1")
+    progress.line("  750 µs applied blackhole spine1-leaf2 (planned 750 µs; on time)")
+    progress.status(0.001, 0.017, "—", None, dilation=1000)
+    progress.end()
+    assert "applied blackhole" in stream.getvalue()

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
+from rich.console import Console
 from rich.live import Live
 
 from testbed.analysis.durations import decimals_for, fmt_duration, unit_for
@@ -80,7 +81,10 @@ class Progress:
         self.line(title)
         self._next_plain = None
         if self.live:
-            self._rich = Live("", refresh_per_second=4, transient=True)
+            # On our stream: with --json the live line and the event lines go to stderr, and
+            # stdout carries the summary alone.
+            console = Console(file=self.stream)
+            self._rich = Live("", console=console, refresh_per_second=4, transient=True)
             self._rich.start()
 
     def status(
