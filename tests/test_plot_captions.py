@@ -171,3 +171,18 @@ def test_goodput_band_caption_and_trailing_median(monkeypatch, scale):
     import matplotlib.pyplot as plt
 
     plt.close(kept["fig"])
+
+
+@pytest.mark.parametrize(
+    ("steps_ms", "unit", "p50"),
+    [
+        ([0.041, 0.042, 0.043, 0.05], "µs", "P50 42 µs"),
+        ([157.0, 160.0, 161.0, 205.0], "ms", "P50 160 ms"),
+    ],
+)
+def test_step_cdf_counts_in_the_steps_unit(figures, steps_ms, unit, p50):
+    plots.plot_step_cdf({"mrc": steps_ms}, "c.png")
+    ax = figures["c.png"].axes[0]
+    assert ax.get_xlabel() == f"step time ({unit})"
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any(p50 in t for t in legend), legend

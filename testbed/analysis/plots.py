@@ -449,15 +449,18 @@ def plot_step_cdf(
     fig, ax = plt.subplots(figsize=(8, 4.6))
     finite = [v for vals in step_ms.values() for v in vals if v > 0]
     log = bool(finite) and max(finite) / min(finite) > 20
+    # The axis' unit fits the steps (a dilated fabric's steps are tens of µs): x = ms * per_ms.
+    unit, size = unit_for(max(finite, default=1.0) / 1e3)
+    per_ms = 1e-3 / size
     for i, (name, vals) in enumerate(step_ms.items()):
         c = colour(name, i)
         missing = unfinished.get(name, 0)
-        data = sorted(vals)
+        data = sorted(v * per_ms for v in vals)
         total = len(data) + missing
         if total == 0:
             continue
         ys = [(k + 1) / total for k in range(len(data))]
-        pct = percentiles([*data, *([math.inf] * missing)])
+        pct = percentiles([*data, *([math.inf] * missing)])  # in `unit`
         parts = []
         for key, marker in _PCT_MARKERS:
             v = pct[key]
@@ -466,7 +469,7 @@ def plot_step_cdf(
                 continue
             rank = sum(1 for x in data if x <= v) / total
             ax.plot([v], [rank], marker=marker, color=c, markersize=7, markeredgecolor="black")
-            parts.append(f"{key.upper()} {v:.0f} ms" if v >= 10 else f"{key.upper()} {v:.3g} ms")
+            parts.append(f"{key.upper()} {fmt_duration(v * size)}")
         p50, p100 = pct["p50"], pct["p100"]
         tail = f"  (P100/P50 {p100 / p50:.2f})" if p50 and p100 else ""
         if missing:
@@ -494,7 +497,7 @@ def plot_step_cdf(
     if not finite:
         ax.set_xlim(0, 1)  # nothing finished: an empty axis, not a negative one
     ax.set_ylim(0, 1.02)
-    ax.set_xlabel("step time (ms)" + (", log scale" if log else ""))
+    ax.set_xlabel(f"step time ({unit})" + (", log scale" if log else ""))
     ax.set_ylabel("fraction of steps")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3, which="both")
