@@ -115,7 +115,7 @@ def cli_page() -> str:
         "# Command line reference",
         "",
         "Every `testbed` command and option, as the parser defines them; `testbed COMMAND "
-        "--help` prints the same. What the commands are for: [the how-to guides](../howto/) and "
+        "--help` prints the same. What the commands are for: [the how-to guides](../README.md#how-to-guides) and "
         "[the tutorial](../tutorial.md).",
         "",
         "| command | what it does |",
