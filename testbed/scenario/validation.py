@@ -35,6 +35,7 @@ from testbed.scenario.schema import (
     WORKLOAD_KINDS,
     WORKLOAD_MODELS_BY_KIND,
     AllreduceWorkload,
+    BulkWorkload,
     CaptureSpec,
     CcSpec,
     Event,
@@ -49,7 +50,9 @@ from testbed.scenario.schema import (
     TopologySpec,
     TraceWorkload,
     TransportSpec,
+    Workload,
 )
+from testbed.scenario.sound_parts import SoundParts, sound_parts
 from testbed.scenario.trace_workload import trace_graph
 from testbed.scenario.transports import KERNEL_TRANSPORTS
 from topologies import Fabric, TopologyError
@@ -75,7 +78,9 @@ class Issue:
 
 class ScenarioError(ValueError):
     """A scenario is invalid. `str()` is one line per mistake found, each
-    ``[file:line:col: ]key.path: reason``; `path` and `reason` are the first mistake's."""
+    ``[file:line:col: ]key.path: reason``, then one line per check that waits for another part
+    to be valid (`waiting`: ``events[2].link: not checked until topology is valid``); `path` and
+    `reason` are the first mistake's."""
 
     def __init__(
         self,
@@ -83,17 +88,58 @@ class ScenarioError(ValueError):
         reason: str,
         source: str | None = None,
         issues: Sequence[Issue] | None = None,
+        waiting: Sequence[Issue] = (),
     ) -> None:
         self.issues = list(issues) if issues else [Issue(path, reason)]
+        self.waiting = list(waiting)
         self.path, self.reason = self.issues[0].path, self.issues[0].reason
         self.source = source
-        super().__init__("\n".join(i.text(source) for i in self.issues))
+        super().__init__("\n".join(i.text(source) for i in [*self.issues, *self.waiting]))
 
     def located(self, source: str, positions: Mapping[tuple, tuple[int, int]]) -> ScenarioError:
         """The same mistakes, named in file `source` at their line and column."""
-        issues = [Issue(i.path, i.reason, *_position_of(i.path, positions)) for i in self.issues]
-        issues.sort(key=lambda i: (i.line is None, i.line or 0, i.col or 0))  # the file's order
-        return ScenarioError(issues[0].path, issues[0].reason, source, issues)
+
+        def placed(issues: list[Issue]) -> list[Issue]:
+            out = [Issue(i.path, i.reason, *_position_of(i.path, positions)) for i in issues]
+            out.sort(key=lambda i: (i.line is None, i.line or 0, i.col or 0))  # the file's order
+            return out
+
+        issues = placed(self.issues)
+        return ScenarioError(issues[0].path, issues[0].reason, source, issues, placed(self.waiting))
+
+
+class _Checks:
+    """Runs the checks of meaning: each independent one runs and every mistake it finds is
+    noted; one that reads a part that is not valid (`unsound`) waits, and says so."""
+
+    def __init__(self, unsound: set[str]) -> None:
+        self.unsound = unsound
+        self.issues: list[Issue] = []
+        self.waiting: list[Issue] = []
+
+    def run(
+        self,
+        path: str,
+        check: Callable[[], None],
+        needs: Sequence[str] = (),
+        what: str = "",
+        quiet: bool = False,
+    ) -> bool:
+        """Run `check` unless a part it `needs` is unsound: then note (unless `quiet`) that
+        `path` (`what` of it) waits. True if it ran and found nothing."""
+        blocked = [part for part in needs if part in self.unsound]
+        if blocked:
+            if not quiet:
+                verb = "are" if len(blocked) > 1 or blocked[0] in _PLURAL_PARTS else "is"
+                parts = " and ".join(blocked)
+                self.waiting.append(Issue(path, f"{what}not checked until {parts} {verb} valid"))
+            return False
+        found = len(self.issues)
+        _collect(self.issues, check)
+        return len(self.issues) == found
+
+
+_PLURAL_PARTS = frozenset({"events", "random_failures"})
 
 
 def _collect(issues: list[Issue], check: Callable[[], None]) -> None:
@@ -133,16 +179,39 @@ def load_scenario(path: str | Path) -> Scenario:
 
 def validate(data: Any) -> Scenario:
     """Validate a parsed scenario (a dict); raise one ScenarioError naming every mistake found:
-    all shape mistakes at once, or, when the shape is right, every meaning check that fails."""
+    all shape mistakes and, on the parts whose shape is right, every meaning check that fails,
+    at once. Only a check that reads a part that is wrong waits (a host name on an invalid
+    topology), and the error says it waits."""
     if not isinstance(data, dict):
         raise ScenarioError("", f"a scenario must be a mapping of keys, got {type(data).__name__}")
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
         issues = _shape_issues(exc, data)
-        raise ScenarioError(issues[0].path, issues[0].reason, issues=issues) from None
-    _check_meaning(scenario)
+        parts = sound_parts(data, [_strip_tags(tuple(e["loc"])) for e in exc.errors()])
+    else:
+        issues, parts = [], SoundParts.whole(scenario)
+    waiting: list[Issue] = []
+    if parts is not None:
+        checks = _check_meaning(parts, sweep=not issues)
+        issues += checks.issues
+        waiting = checks.waiting
+    if issues:
+        issues, waiting = _in_order(issues, data), _in_order(waiting, data)
+        raise ScenarioError(issues[0].path, issues[0].reason, issues=issues, waiting=waiting)
     return scenario
+
+
+def _in_order(issues: list[Issue], data: dict) -> list[Issue]:
+    """`issues` in the order of the top-level keys they name, as written (a key that is not
+    written last); issues of one key in the order they were found."""
+    order = {str(key): n for n, key in enumerate(data)}
+
+    def rank(issue: Issue) -> int:
+        top = _PATH_PART.match(issue.path)
+        return order.get(top.group(0), len(order)) if top else -1
+
+    return sorted(issues, key=rank)
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -261,78 +330,134 @@ def _fields_of(parent: tuple, node: Any) -> list[str]:
     return list(model.model_fields) if model is not None else []
 
 
-def _check_meaning(sc: Scenario) -> None:
+def _check_meaning(p: SoundParts, sweep: bool = True) -> _Checks:
     """Everything the schema cannot know: names, adjacency, times, and sensible expectations.
-    Independent checks (the workload, each event, each expectation) all run; every mistake
-    found is reported. Only a topology that cannot be built stops the rest, which need it."""
-    try:
-        fabric = sc.fabric()
-    except TopologyError as exc:
-        key, _, reason = str(exc).partition(": ")
-        raise ScenarioError(f"topology.{key}", reason) from None
-    issues: list[Issue] = []
-    _collect(issues, lambda: _check_workload(sc, fabric))
-    for i, event in enumerate(sc.events):
-        _collect(issues, lambda i=i, event=event: _check_event(f"events[{i}]", event, sc, fabric))
-    for i, spec in enumerate(sc.random_failures):
-        _collect(issues, lambda i=i, spec=spec: _check_random(f"random_failures[{i}]", spec, sc))
-    _collect(issues, lambda: _check_random_overlap(sc))
-    _collect(issues, lambda: _check_expect(sc))
-    _collect(issues, lambda: _check_emulation(sc))
-    _collect(issues, lambda: _check_capture(sc, fabric))
-    if not issues and sc.sweep:  # each point is checked as a scenario: only a sound base
-        _collect(issues, lambda: _check_sweep(sc))
-    if issues:
-        raise ScenarioError(issues[0].path, issues[0].reason, issues=issues)
+    Every independent check (the topology's ranges, the workload's hosts, each event's time
+    and names, each expectation) runs on the parts that are sound, and every mistake found is
+    reported; a check that reads a part that is not (names on an invalid topology, times
+    against an invalid duration) waits and says so. The sweep's points are checked only on
+    a sound base (`sweep`)."""
+    sc = p.sc
+    checks = _Checks(set(p.unsound))
+    fabric: Fabric | None = None
+    if "topology" not in checks.unsound:
+        try:
+            fabric = sc.fabric()
+        except TopologyError as exc:
+            key, _, reason = str(exc).partition(": ")
+            checks.issues.append(Issue(f"topology.{key}", reason))
+            checks.unsound.add("topology")
+    topo = ("topology",)
+    w = p.workload
+    if w is not None and _names_hosts(w):
+        checks.run("workload", lambda: _check_workload_hosts(w, fabric), topo, "host names ")
+    checks.run("topology", lambda: _check_two_hosts(fabric), topo, quiet=True)
+    if "workload" not in checks.unsound and isinstance(sc.workload, TraceWorkload):
+        _check_trace(checks, sc)
+    for i, event in p.events:
+        path = f"events[{i}]"
+        checks.run(f"{path}.at", lambda path=path, e=event: _check_event_time(path, e, sc),
+                   ("duration_s",))  # fmt: skip
+        checks.run(f"{path}.{_named_by(event)}",
+                   lambda path=path, e=event: _check_event_names(path, e, sc, fabric), topo)  # fmt: skip
+    for i, spec in p.random:
+        path = f"random_failures[{i}]"
+        checks.run(path, lambda path=path, spec=spec: _check_random(path, spec, sc, fabric), topo,
+                   "names ")  # fmt: skip
+        checks.run(f"{path}.from_s", lambda path=path, spec=spec: _check_random_start(path, spec, sc),
+                   ("duration_s",))  # fmt: skip
+    if "random_failures" not in checks.unsound:
+        # Each spec's own line already says it waits for the topology.
+        checks.run("random_failures", lambda: _check_random_overlap(sc, fabric), topo, quiet=True)
+    if "expect" not in checks.unsound:
+        _check_expect(checks, sc)
+    n = sc.emulation.time_dilation
+    if "emulation" not in checks.unsound and n != "auto" and n > 1:
+        checks.run("emulation.time_dilation", lambda: _check_emulation(sc), ("transport",))
+    if "capture" not in checks.unsound and sc.capture.ports:
+        checks.run("capture.ports", lambda: _check_capture(sc, fabric), topo)
+    if sweep and sc.sweep and not checks.issues and not checks.unsound:
+        # Each point is checked as a scenario: only a sound base.
+        checks.run("sweep", lambda: _check_sweep(sc))
+    return checks
 
 
-def _check_workload(sc: Scenario, fabric: Fabric) -> None:
+def _names_hosts(w: Workload) -> bool:
+    """Does the workload name hosts of its own (else only the fabric's count matters)?"""
+    if isinstance(w, BulkWorkload | IncastWorkload):
+        return True
+    return getattr(w, "hosts", "all") != "all" or bool(getattr(w, "stragglers", None))
+
+
+def _check_workload_hosts(w: Workload, fabric: Fabric | None) -> None:
+    assert fabric is not None  # run only on a valid topology
     hosts = fabric.hosts()
-    w = sc.workload
     try:
         check_hosts(w, hosts, "workload")
     except WorkloadSpecError as exc:
         raise ScenarioError(exc.path, exc.reason) from None
     if isinstance(w, IncastWorkload) and w.srcs == "all" and len(hosts) < 2:
         raise ScenarioError("workload.srcs", "the fabric has no host besides the destination")
-    if isinstance(w, TraceWorkload):
+
+
+def _check_two_hosts(fabric: Fabric | None) -> None:
+    assert fabric is not None  # run only on a valid topology
+    if len(fabric.hosts()) < 2:
+        raise ScenarioError("topology.hosts_per_leaf", "a workload needs at least two hosts")
+
+
+def _check_trace(checks: _Checks, sc: Scenario) -> None:
+    """A trace workload: its transports (endpoint ones), its time unit, then its file, read
+    for the scenario's ranks (which the topology gives)."""
+    w = sc.workload
+    assert isinstance(w, TraceWorkload)
+
+    def endpoint_transports() -> None:
         kernel = [t for t in sc.transports if t in KERNEL_TRANSPORTS]
         if kernel:
             raise ScenarioError(
                 "workload.kind",
                 f"a trace runs in the endpoint processes; {kernel[0]} is a kernel transport",
             )
+
+    def time_unit() -> None:
         if w.time_unit == "cycles" and w.cycle_ghz is None:
             raise ScenarioError("workload.cycle_ghz", "time_unit cycles needs the clock in GHz")
         if w.format == "astra-text" and w.time_unit is None:
             raise ScenarioError(
                 "workload.time_unit", "say what the file's times count: ns, us, ms or cycles"
             )
+
+    def graph() -> None:
         try:
             trace_graph(sc)
         except TraceError as exc:
             raise ScenarioError("workload.file", str(exc)) from None
-    if len(hosts) < 2:
-        raise ScenarioError("topology.hosts_per_leaf", "a workload needs at least two hosts")
+
+    checks.run("workload.kind", endpoint_transports, ("transport",))
+    if checks.run("workload.time_unit", time_unit):
+        checks.run("workload.file", graph, ("topology",))
 
 
-def _check_expect(sc: Scenario) -> None:
-    issues: list[Issue] = []
-    w = sc.workload
-    if sc.expect.max_p100_over_p50 is not None and not isinstance(
-        w, AllreduceWorkload | TraceWorkload
-    ):
-        issues.append(
-            Issue(
+def _check_expect(checks: _Checks, sc: Scenario) -> None:
+    w, expect = sc.workload, sc.expect
+
+    def steps() -> None:
+        if not isinstance(w, AllreduceWorkload | TraceWorkload):
+            raise ScenarioError(
                 "expect.max_p100_over_p50", f"needs step times; the {w.kind} workload has no steps"
             )
-        )
-    if sc.expect.max_failover_ms is not None and not any(
-        e.is_failure for e in [*sc.events, *_drawn(sc)]
-    ):
-        issues.append(Issue("expect.max_failover_ms", "the timeline has no failure event"))
-    if issues:
-        raise ScenarioError(issues[0].path, issues[0].reason, issues=issues)
+
+    def a_failure() -> None:
+        if not any(e.is_failure for e in [*sc.events, *_drawn(sc)]):
+            raise ScenarioError("expect.max_failover_ms", "the timeline has no failure event")
+
+    if expect.max_p100_over_p50 is not None:
+        checks.run("expect.max_p100_over_p50", steps, ("workload",))
+    if expect.max_failover_ms is not None and not any(e.is_failure for e in sc.events):
+        # Nothing written fails: the rest of the timeline must be known to say none does.
+        needs = ["events", "random_failures"] + (["topology"] if sc.random_failures else [])
+        checks.run("expect.max_failover_ms", a_failure, needs)
 
 
 def _check_sweep(sc: Scenario) -> None:
@@ -386,12 +511,29 @@ def _check_capture(sc: Scenario, fabric: Fabric) -> None:
         raise ScenarioError(path, reason) from None
 
 
-def _check_event(path: str, event: Event, sc: Scenario, fabric: Fabric) -> None:
-    if event.at >= sc.duration_s:
-        when = "at" if event.at == sc.duration_s else "after"
+def _named_by(event: Event) -> str:
+    """The key that names what an event acts on."""
+    if isinstance(event, LinkEvent):
+        return "link"
+    return "node" if isinstance(event, SwitchEvent) else "plane"
+
+
+def _check_event_time(path: str, event: Event, sc: Scenario) -> None:
+    at = float(event.at)  # as validation gives it, for an event built as written too
+    if at >= sc.duration_s:
+        when = "at" if at == sc.duration_s else "after"
         raise ScenarioError(
-            f"{path}.at", f"{event.at!r} is {when} the end (duration_s {sc.duration_s:g})"
+            f"{path}.at", f"{at!r} is {when} the end (duration_s {sc.duration_s:g})"
         )
+    if isinstance(event, Flap) and event.end_s > sc.duration_s:
+        raise ScenarioError(
+            f"{path}.count",
+            f"the flap runs until {event.end_s:g} s, after the end (duration_s {sc.duration_s:g})",
+        )
+
+
+def _check_event_names(path: str, event: Event, sc: Scenario, fabric: Fabric | None) -> None:
+    assert fabric is not None  # run only on a valid topology
     if isinstance(event, LinkEvent):
         a, b = event.link
         for name in (a, b):
@@ -416,11 +558,6 @@ def _check_event(path: str, event: Event, sc: Scenario, fabric: Fabric) -> None:
                         f"{src} is a host, which has no switch to impair what it sends: give "
                         f"direction: [{dst}, {src}] (impairments act at a sending switch)",
                     )
-        if isinstance(event, Flap) and event.end_s > sc.duration_s:
-            raise ScenarioError(
-                f"{path}.count",
-                f"the flap runs until {event.end_s:g} s, after the end (duration_s {sc.duration_s:g})",
-            )
     elif isinstance(event, SwitchEvent):
         node = fabric.nodes.get(event.node)
         if node is None:
@@ -445,9 +582,9 @@ def _drawn(sc: Scenario) -> list:
         return []
 
 
-def _check_random(path: str, spec: RandomFailureSpec, sc: Scenario) -> None:
-    """Names against the fabric, times against the duration, one issue per mistake."""
-    fabric = sc.fabric()
+def _check_random(path: str, spec: RandomFailureSpec, sc: Scenario, fabric: Fabric | None) -> None:
+    """Names against the fabric, one issue per mistake."""
+    assert fabric is not None  # run only on a valid topology
     issues: list[Issue] = []
     if isinstance(spec.links, list):
         for j, (a, b) in enumerate(spec.links):
@@ -476,21 +613,22 @@ def _check_random(path: str, spec: RandomFailureSpec, sc: Scenario) -> None:
                         f"no plane {plane} (topology.planes {sc.topology.planes})",
                     )
                 )
-    if spec.from_s >= sc.duration_s:
-        issues.append(
-            Issue(
-                f"{path}.from_s",
-                f"{spec.from_s:g} is not before the end (duration_s {sc.duration_s:g})",
-            )
-        )
     if issues:
         raise ScenarioError(issues[0].path, issues[0].reason, issues=issues)
 
 
-def _check_random_overlap(sc: Scenario) -> None:
+def _check_random_start(path: str, spec: RandomFailureSpec, sc: Scenario) -> None:
+    if spec.from_s >= sc.duration_s:
+        raise ScenarioError(
+            f"{path}.from_s",
+            f"{spec.from_s:g} is not before the end (duration_s {sc.duration_s:g})",
+        )
+
+
+def _check_random_overlap(sc: Scenario, fabric: Fabric | None) -> None:
     """Two failure processes on one element would repair each other's failures."""
+    assert fabric is not None  # run only on a valid topology
     seen: dict[str, int] = {}
-    fabric = sc.fabric()
     for i, spec in enumerate(sc.random_failures):
         try:
             elements = targets(fabric, spec)
