@@ -42,9 +42,17 @@ def _results(tmp_path: Path, *, description: str = SCENARIO["description"], plot
     return path, summary, sc, metrics
 
 
-def test_verdict_then_table_then_plots_then_scenario(tmp_path):
-    path, *_ = _results(tmp_path)
-    assert path == tmp_path / HTML_REPORT
+@pytest.fixture(scope="module")
+def plotted(tmp_path_factory) -> Path:
+    """One run's report.html with real plots (drawing them takes seconds: shared, read only)."""
+    where = tmp_path_factory.mktemp("results")
+    path, *_ = _results(where)
+    assert path == where / HTML_REPORT
+    return path
+
+
+def test_verdict_then_table_then_plots_then_scenario(plotted):
+    path = plotted
     page = path.read_text(encoding="utf-8")
     order = [page.index(f'id="{i}"') for i in ("verdict", "compare", "plots", "scenario")]
     assert order == sorted(order)
@@ -60,8 +68,8 @@ def test_verdict_then_table_then_plots_then_scenario(tmp_path):
     assert "Timeline as applied" in page and "blackhole spine1–leaf2" in page
 
 
-def test_self_contained_images_inline_and_no_url_to_fetch(tmp_path):
-    path, *_ = _results(tmp_path)
+def test_self_contained_images_inline_and_no_url_to_fetch(plotted):
+    path = plotted
     page = path.read_text(encoding="utf-8")
     srcs = re.findall(r'\bsrc="([^"]*)"', page)
     assert srcs and all(s.startswith("data:image/png;base64,") for s in srcs)
@@ -84,15 +92,18 @@ def test_an_invalid_run_says_so_first_and_plots_not_shown_inline_are_linked(tmp_
     _, summary, sc, metrics = _results(tmp_path, plots=False)
     summary["emulation"].update(valid=False, invalid_reasons=["switch timer late P99 900 µs"])
     (tmp_path / "ports_mrc.pdf").write_bytes(b"%PDF-1.4")
+    (tmp_path / "step_cdf.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg"/>')
     page = render_html_report(
         summary, scenario=sc, metrics=metrics, out_dir=tmp_path,
-        plots={"Switch ports": tmp_path / "ports_mrc.pdf", "Gone": tmp_path / "gone.png"},
+        plots={"Switch ports": tmp_path / "ports_mrc.pdf", "Gone": tmp_path / "gone.png",
+               "Step-time CDF": tmp_path / "step_cdf.svg"},
     )  # fmt: skip
     verdict = page[page.index('id="verdict"') : page.index('id="compare"')]
     assert "INVALID" in verdict and "switch timer late P99 900 µs" in verdict
     assert "EXPECTATIONS NOT MET" in verdict  # nothing named as judged: every transport is
     assert '<a href="ports_mrc.pdf">ports_mrc.pdf</a>' in page and "PDF, not shown inline" in page
     assert 'gone.png</a> <span class="muted">(not found)' in page
+    assert '<img src="data:image/svg+xml;base64,' in page  # an SVG plot is inlined like a PNG
 
 
 def _quiet() -> Progress:
@@ -172,10 +183,10 @@ def _artifacts(tmp_path: Path) -> Path:
 
 
 @needs_chromium
-def test_the_report_renders_in_chromium_without_console_errors(tmp_path):
+def test_the_report_renders_in_chromium_without_console_errors(plotted, tmp_path):
     from PIL import Image
 
-    page, *_ = _results(tmp_path / "results")
+    page = plotted
     keep = _artifacts(tmp_path)
     shot = keep / "html_report.png"
     dom, console = _open(page, tmp_path / "profile", shot)
