@@ -300,7 +300,17 @@ RUNNER_KEYS: dict[str, str] = {
     "emulation.virtual_s": "virtual seconds of the longest workload",
     "emulation.datapath": "`c` or `python`: what forwarded",
     "emulation.payload": "`real` or `virtual`",
-    "transports.*.emulation": "that transport's own run: its verdict and measured values",
+    "transports.*.emulation": "that transport's own run: its verdict, measured values and "
+    "limits, `reruns` (auto's reruns at a higher N), `rss_peak_mb`",
+    "transports.*.applied_events": "when each event was applied in that transport's run",
+    "transports.*.note": "a one-line note about the run, when there is one",
+    "transports.*.ev_retirements": "EVs retired (endpoint transports)",
+    "transports.*.qp_errors": "connections that failed (retries spent)",
+    "transports.*.path_share": "each leaf's links' share of its bytes (fabrics of 2+ spines)",
+    "transports.*.controller": "the fabric controller's decisions (with `controller.enabled`)",
+    "transports.*.capture": "the pcap files written and their counts (with `capture` or `--pcap`)",
+    "transports.*.trace": "per-iteration and per-collective times of a trace workload "
+    "(docs/workloads.md)",
 }
 """Keys `testbed.experiment.runner` adds to what `build_summary` gives (see `_overall_verdict`,
 `provenance`); listed by hand, since only a run on a fabric produces them."""
