@@ -106,9 +106,8 @@ def test_a_sweep_on_slurm_resumes_the_killed_run_and_aggregates_like_local(slurm
     first = states(out)
     assert sorted(i for i, s in first.items() if s["status"] == "finished") == [0, 1, 3, 4, 5, 6, 7]
     partial = list(out.rglob("PARTIAL"))
-    assert (
-        len(partial) == 1 and partial[0].parent == out / "points/02-bytes=100000,delay_us=20/rep-01"
-    )
+    assert len(partial) == 1, partial  # line 2: point 2 (bytes 100KB, delay 20), seed 1
+    assert partial[0].parent.name == "rep-01" and partial[0].parent.parent.name.startswith("02-")
 
     proc = tb(*args[3:], "--resume", "--json", check=False, timeout=240)
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
