@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -108,19 +107,18 @@ def test_bad_scenario_fails_fast_creating_nothing(tmp_path, edit, message):
     path = tmp_path / "bad.yaml"
     path.write_text(text.replace(*edit))
     before = set(RUN_ROOT.iterdir()) if RUN_ROOT.exists() else set()
-    t = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "testbed.cli", "run", str(path)],
         capture_output=True, text=True, cwd=ROOT, timeout=60,
     )  # fmt: skip
-    elapsed = time.monotonic() - t
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
     # One line per mistake (the not-adjacent edit breaks both events), each naming the file.
     assert lines and message in lines[0], proc.stderr
     assert all(ln.startswith(f"testbed: {path}:") for ln in lines), proc.stderr
+    # Failed before anything was built: no fabric's run folder appeared. (Not timed: a wall
+    # clock on two shared cores says more about the load than about the code.)
     assert (set(RUN_ROOT.iterdir()) if RUN_ROOT.exists() else set()) == before
-    assert elapsed < 2.0  # the interpreter's start-up included; validation itself takes ms
 
 
 def test_a_kernel_baseline_without_its_tool_fails_before_anything_is_built(monkeypatch):
