@@ -6,6 +6,7 @@ business (docs/scenario-format.md documents the format):
 - `schema`: the pydantic models of the file (workload kinds: `contracts.workloads`);
 - `events`: the timeline's events; `transports`: the transports and their configurations;
 - `validation`: the strict YAML loader, error messages with key paths, checks of meaning;
+  `sound_parts`: what of a scenario its checks of meaning may read when its shape is wrong;
 - `traffic`: the flows a workload asks for, who takes part, how many bytes;
 - `capacity`: what the fabric could carry (`min_goodput_fraction`'s yardstick);
 - `linting`: warnings about scenarios that would not show what they claim;

@@ -53,8 +53,8 @@ class SoundParts:
 
     @classmethod
     def whole(cls, sc: Scenario) -> SoundParts:
-        return cls(sc, set(), sc.workload, list(enumerate(sc.events)),
-                   list(enumerate(sc.random_failures)))  # fmt: skip
+        events, random = list(enumerate(sc.events)), list(enumerate(sc.random_failures))
+        return cls(sc, set(), sc.workload, events, random)
 
 
 def sound_parts(data: Mapping[str, Any], bad: Iterable[tuple]) -> SoundParts | None:
@@ -90,8 +90,8 @@ def sound_parts(data: Mapping[str, Any], bad: Iterable[tuple]) -> SoundParts | N
         for item, wrong in bad_keys.items():
             if item[0] != "events" or len(item) != 2:
                 continue
-            ev = _as_written(EVENT_MODELS, "action", data["events"][item[1]], wrong,
-                             EVENT_CHECKED_KEYS)  # fmt: skip
+            raw = data["events"][item[1]]
+            ev = _as_written(EVENT_MODELS, "action", raw, wrong, EVENT_CHECKED_KEYS)
             if ev is not None:
                 events.append((item[1], ev))  # type: ignore[arg-type]
         events.sort(key=lambda pair: pair[0])

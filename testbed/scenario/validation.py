@@ -5,8 +5,12 @@ A scenario is checked completely before anything is built: first its shape (the 
 describes (host and switch names, link adjacency, event times inside the run). Both kinds of
 mistake surface as one `ScenarioError` whose message starts with the key path, e.g.
 ``events[2].link: spine1 and spine2 are not adjacent``, so a typo costs the user a second, not a
-torn-down fabric. Validation computes the topology with the pure `topologies` module only: it
-needs no root, creates nothing and takes milliseconds.
+torn-down fabric. Every independent mistake comes out in one pass: the meaning of the parts
+whose shape is right is checked even when another part's is wrong
+(`testbed.scenario.sound_parts`); a check that reads a wrong part waits and says so
+(``events[2].link: not checked until topology is valid``). Validation computes the topology
+with the pure `topologies` module only: it needs no root, creates nothing and takes
+milliseconds.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import difflib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -356,16 +361,14 @@ def _check_meaning(p: SoundParts, sweep: bool = True) -> _Checks:
         _check_trace(checks, sc)
     for i, event in p.events:
         path = f"events[{i}]"
-        checks.run(f"{path}.at", lambda path=path, e=event: _check_event_time(path, e, sc),
-                   ("duration_s",))  # fmt: skip
-        checks.run(f"{path}.{_named_by(event)}",
-                   lambda path=path, e=event: _check_event_names(path, e, sc, fabric), topo)  # fmt: skip
+        checks.run(f"{path}.at", partial(_check_event_time, path, event, sc), ("duration_s",))
+        names = partial(_check_event_names, path, event, sc, fabric)
+        checks.run(f"{path}.{_named_by(event)}", names, topo)
     for i, spec in p.random:
         path = f"random_failures[{i}]"
-        checks.run(path, lambda path=path, spec=spec: _check_random(path, spec, sc, fabric), topo,
-                   "names ")  # fmt: skip
-        checks.run(f"{path}.from_s", lambda path=path, spec=spec: _check_random_start(path, spec, sc),
-                   ("duration_s",))  # fmt: skip
+        checks.run(path, partial(_check_random, path, spec, sc, fabric), topo, "names ")
+        start = partial(_check_random_start, path, spec, sc)
+        checks.run(f"{path}.from_s", start, ("duration_s",))
     if "random_failures" not in checks.unsound:
         # Each spec's own line already says it waits for the topology.
         checks.run("random_failures", lambda: _check_random_overlap(sc, fabric), topo, quiet=True)
