@@ -204,3 +204,12 @@ def test_random_failures_wait_for_the_topology_and_check_their_start() -> None:
 
 def test_a_sound_scenario_has_nothing_waiting() -> None:
     assert validate(copy.deepcopy(BASE)).name == "base"
+
+
+def test_a_tag_that_is_not_a_name_is_one_mistake_not_a_crash() -> None:
+    """`action: {}` or `kind: [1, 2]` cannot select a model to check the rest by."""
+    data = with_(workload={"kind": [1, 2], "src": "h1", "dst": "h3", "bytes": "1MB"})
+    data["events"][1]["action"] = {}
+    err = failure(data)
+    assert [i.path for i in err.issues] == ["workload.kind", "events[1].action"]
+    assert [w.path for w in err.waiting] == []

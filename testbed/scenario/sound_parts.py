@@ -117,7 +117,8 @@ def _as_written(
     """The model `raw`'s tag selects, built from `raw` without validation, when none of the
     keys a check of meaning reads is `wrong` (so those keys hold what validation would);
     else None."""
-    model = models.get(raw.get(tag)) if isinstance(raw, dict) else None
+    name = raw.get(tag) if isinstance(raw, dict) else None
+    model = models.get(name) if isinstance(name, str) else None
     if model is None or "" in wrong or wrong & checked:
         return None
     return model.model_construct(**{k: v for k, v in raw.items() if k in model.model_fields})
