@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from testbed.analysis.plots import PLOT_FORMATS
-from testbed.experiment.repetitions import RepeatedOutcome, run_experiment, seeds_for
+from testbed.experiment.executor import Cluster, run_with_executor
+from testbed.experiment.repetitions import RepeatedOutcome, seeds_for
 from testbed.experiment.runner import (
     Outcome,
     Progress,
@@ -60,9 +61,13 @@ def run_outcome(
     sweep: Mapping[str, Sequence[Any]] | None = None,
     data_format: str = "csv",
     plot_format: str = "png",
+    cluster: Cluster | None = None,
 ) -> Outcome | RepeatedOutcome:
     """`run`, returning the whole outcome (summary, plots, pass/fail, validity): an `Outcome`
-    for one run, a `RepeatedOutcome` for repetitions or a sweep."""
+    for one run, a `RepeatedOutcome` for repetitions or a sweep.
+
+    `cluster`: run every run as a task of one Slurm job array and aggregate here
+    (testbed.experiment.executor; docs/cluster.md); None runs them here."""
     sc = load(scenario)
     if plot_format not in PLOT_FORMATS:
         raise ValueError(f"plot_format: {plot_format!r} is not one of {', '.join(PLOT_FORMATS)}")
@@ -76,10 +81,11 @@ def run_outcome(
     if sweep:
         sweep_points(sc, sweep)  # every point checked before anything is built
     seeds_for(sc, repeat)
-    need_root("testbed run")
+    if cluster is None:  # on Slurm, the tasks need root on their nodes
+        need_root("testbed run")
     out_dir = Path(out) if out is not None else default_out_dir(sc)
-    return run_experiment(
-        sc, chosen, out_dir, progress=progress, time_dilation=time_dilation,
+    return run_with_executor(
+        sc, chosen, out_dir, cluster=cluster, progress=progress, time_dilation=time_dilation,
         repeat=repeat, sweep=sweep, quick_run=quick_run, data_format=data_format,
         plot_format=plot_format,
     )  # fmt: skip
@@ -97,6 +103,7 @@ def run(
     sweep: Mapping[str, Sequence[Any]] | None = None,
     data_format: str = "csv",
     plot_format: str = "png",
+    cluster: Cluster | None = None,
 ) -> dict[str, Any]:
     """Run a scenario once per transport on fresh fabrics and return its summary (the content
     of ``summary.json``); the results folder (report, CSVs, plots) is `out`, default
@@ -110,7 +117,10 @@ def run(
     the summary is sweep.json's, one entry per point.
 
     ``passed``: every judged transport met its expectations; ``valid``: every run kept up
-    with its fabric (an invalid run's numbers are the machine's, not the network's)."""
+    with its fabric (an invalid run's numbers are the machine's, not the network's).
+
+    `cluster` (testbed.experiment.executor.Cluster): the runs as one Slurm job array, one per
+    node, aggregated here as above (docs/cluster.md)."""
     outcome = run_outcome(
         scenario,
         transports=transports,
@@ -122,6 +132,7 @@ def run(
         sweep=sweep,
         data_format=data_format,
         plot_format=plot_format,
+        cluster=cluster,
     )
     summary = dict(outcome.summary)
     summary["out_dir"] = str(outcome.out_dir)
