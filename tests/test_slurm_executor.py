@@ -359,3 +359,36 @@ def fake_run_scenario_any(sc, transports, out, *, judged=None, annotate=None, **
     g = o.summary["transports"][t]["goodput_mbps"]
     o.metrics = {t: SimpleNamespace(bin_times=[0.01 * i for i in range(20)], goodput_bins=[g] * 20)}
     return o
+
+
+def test_a_compare_runs_one_line_per_transport_and_merges_them(tmp_path, monkeypatch):
+    sc = scenario()
+    monkeypatch.setattr(slurm_task, "run_scenario", fake_run_scenario)
+    monkeypatch.setattr(executor, "preflight", lambda out, opts: ["vm"])
+    monkeypatch.setattr(executor, "wait", lambda job, **kw: None)
+
+    def submit(out, name, indices, opts):
+        for i in indices:
+            assert slurm_task.run_line(out, i) == 0
+        return "7"
+
+    monkeypatch.setattr(executor, "submit", submit)
+    cluster = Cluster(SlurmOptions())
+    one = run_with_executor(
+        sc, ["mrc", "tcp"], tmp_path / "one", cluster=cluster, judged=["mrc"], progress=QUIET
+    )
+    assert isinstance(one, Outcome) and set(one.summary["transports"]) == {"mrc", "tcp"}
+    assert one.summary["by_transport"] == {"mrc": "by-transport/mrc", "tcp": "by-transport/tcp"}
+    assert one.judged == ["mrc"] and one.passed and one.valid
+    assert json.loads((tmp_path / "one/summary.json").read_text())["transports"].keys() == {
+        "mrc", "tcp",
+    }  # fmt: skip
+    reps = run_with_executor(
+        sc, ["mrc", "tcp"], tmp_path / "reps", cluster=cluster, judged=["mrc"], repeat=3,
+        progress=QUIET,
+    )  # fmt: skip
+    assert isinstance(reps, repetitions.RepeatedOutcome)
+    block = reps.summary["transports"]
+    assert set(block) == {"mrc", "tcp"} and block["mrc"]["runs"] == 3
+    assert [r["dir"] for r in reps.summary["repetitions"]["runs"]] == ["rep-01", "rep-02", "rep-03"]
+    assert (tmp_path / "reps/rep-02/by-transport/tcp/summary.json").is_file()
