@@ -392,3 +392,30 @@ def test_a_compare_runs_one_line_per_transport_and_merges_them(tmp_path, monkeyp
     assert set(block) == {"mrc", "tcp"} and block["mrc"]["runs"] == 3
     assert [r["dir"] for r in reps.summary["repetitions"]["runs"]] == ["rep-01", "rep-02", "rep-03"]
     assert (tmp_path / "reps/rep-02/by-transport/tcp/summary.json").is_file()
+
+
+def test_a_new_experiment_needs_a_folder_of_its_own(tmp_path):
+    exp = build_manifest(scenario(), ["mrc"], seeds=[1])
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(RunError, match="is not empty; a Slurm experiment needs a new folder"):
+        executor.select_lines(tmp_path, exp, resume=False)
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_resume_waits_for_a_job_of_the_experiment_still_running(tmp_path, monkeypatch):
+    exp = build_manifest(scenario(), ["mrc"], seeds=[1, 2])
+    write_experiment(tmp_path, exp)
+    (tmp_path / "slurm/submissions.jsonl").write_text(json.dumps({"job": "41", "tasks": [0, 1]}))
+    monkeypatch.setattr(executor, "preflight", lambda out, opts: ["vm"])
+    monkeypatch.setattr(executor, "active", lambda job: job == "41")
+    cluster = Cluster(SlurmOptions(), resume=True)
+    with pytest.raises(RunError, match=r"job 41 of this experiment is still queued or running"):
+        run_with_executor(scenario(), ["mrc"], tmp_path, cluster=cluster, repeat=2, progress=QUIET)
+
+
+def test_the_batch_script_runs_one_line_with_the_configured_interpreter(tmp_path):
+    from testbed.experiment.slurm import batch_script
+
+    text = batch_script("sudo -n /opt/mrc-testbed/.venv/bin/python", tmp_path / "out dir")
+    assert "exec sudo -n /opt/mrc-testbed/.venv/bin/python -m testbed.cli.slurm_task" in text
+    assert f"'{tmp_path / 'out dir'}' \"$SLURM_ARRAY_TASK_ID\"" in text

@@ -55,7 +55,8 @@ def run_line(out_dir: Path, index: int) -> int:
     if line_status(out_dir, line) == FINISHED:
         print(f"slurm_task: {line.label()} already finished", file=sys.stderr)
         return 0
-    clear_run(out_dir, line)  # a requeued task's own leftovers
+    if line_status(out_dir, line) == "partial":
+        clear_run(out_dir, line)  # a requeued task's own leftovers (never a stranger's files)
     folder = out_dir / line.dir
     folder.mkdir(parents=True, exist_ok=True)
     job = _job()

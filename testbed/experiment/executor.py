@@ -43,7 +43,7 @@ from testbed.experiment.repetitions import (
     seeds_for,
 )
 from testbed.experiment.runner import Outcome, Progress
-from testbed.experiment.slurm import SlurmOptions, preflight, submit, wait
+from testbed.experiment.slurm import SlurmOptions, active, cancel, last_job, preflight, submit, wait
 from testbed.scenario import Scenario, quick
 from testbed.scenario.sweep import SweepPoint, sweep_points
 
@@ -91,10 +91,18 @@ def run_with_executor(
     )  # fmt: skip
     todo = select_lines(out_dir, exp, cluster.resume)
     preflight(out_dir, cluster.options)
+    if cluster.resume:
+        previous = last_job(out_dir)
+        if previous is not None and active(previous):
+            raise RunError(
+                f"--resume: job {previous} of this experiment is still queued or running; "
+                f"wait for it (squeue -j {previous}) or cancel it (scancel {previous}) first"
+            )
     started = datetime.now(timezone.utc)
     if todo:
         for line in todo:
-            clear_run(out_dir, line)  # a partial folder is replaced, never read
+            if line_status(out_dir, line) == "partial":
+                clear_run(out_dir, line)  # a partial folder is replaced, never read
         write_experiment(out_dir, exp)
         job = submit(out_dir, sc.name, [x.index for x in todo], cluster.options)
         progress.line(
@@ -109,7 +117,14 @@ def run_with_executor(
                 seen[0] = done
                 progress.line(f"slurm: job {job}: {done} of {len(exp.lines)} runs finished")
 
-        wait(job, poll_s=cluster.options.poll_s, on_poll=poll)
+        try:
+            wait(job, poll_s=cluster.options.poll_s, on_poll=poll)
+        except BaseException:
+            # Interrupted (Ctrl-C, a signal): the array goes too, as a local run's fabric
+            # does; --resume runs what did not finish.
+            cancel(job)
+            progress.line(f"slurm: job {job} cancelled; --resume --out {out_dir} finishes it")
+            raise
     else:
         progress.line(f"slurm: all {len(exp.lines)} runs already finished; aggregating")
     unfinished = [x for x in exp.lines if line_status(out_dir, x) != FINISHED]
@@ -140,6 +155,9 @@ def select_lines(out_dir: Path, exp: Experiment, resume: bool) -> list[ManifestL
                 f"--out: {out_dir} holds an experiment already; add --resume to finish it, "
                 "or choose another folder"
             )
+        if out_dir.is_dir() and any(out_dir.iterdir()):
+            # A resume clears unfinished runs' folders: the experiment must own its folder.
+            raise RunError(f"--out: {out_dir} is not empty; a Slurm experiment needs a new folder")
         return list(exp.lines)
     if not has_manifest:
         raise RunError(f"--resume: {out_dir} holds no experiment to resume (no slurm/manifest)")

@@ -199,6 +199,12 @@ exec {python} -m testbed.cli.slurm_task {out} "$SLURM_ARRAY_TASK_ID"
 """
 
 
+def batch_script(python: str, out_dir: Path) -> str:
+    """The array's batch script; `python` may be a command (``sudo -n /opt/.../python``)."""
+    words = " ".join(shlex.quote(w) for w in shlex.split(python))
+    return BATCH_SCRIPT.format(python=words, out=shlex.quote(str(out_dir.resolve())))
+
+
 def submit(
     out_dir: Path, name: str, indices: Sequence[int], opts: SlurmOptions, run: Runner = _run
 ) -> str:
@@ -207,16 +213,12 @@ def submit(
     where = (out_dir / SLURM_DIR).resolve()
     (where / "logs").mkdir(parents=True, exist_ok=True)
     script = where / "task.sh"
-    script.write_text(
-        BATCH_SCRIPT.format(
-            python=shlex.quote(opts.python), out=shlex.quote(str(out_dir.resolve()))
-        )
-    )
+    script.write_text(batch_script(opts.python, out_dir))
     script.chmod(0o755)
     cmd = [
         "sbatch", "--parsable", f"--array={array_spec(indices)}", "--exclusive", "--requeue",
         f"--job-name=testbed-{name}"[:64], f"--output={where / 'logs' / '%A_%a.out'}",
-        f"--chdir={Path.cwd()}",
+        f"--chdir={out_dir.resolve()}",  # on the shared filesystem, as the nodes need
     ]  # fmt: skip
     if opts.partition:
         cmd.append(f"--partition={opts.partition}")
@@ -230,6 +232,35 @@ def submit(
         fh.write(json.dumps({"job": job, "tasks": sorted(indices), "at": time.time(),
                              "command": cmd}) + "\n")  # fmt: skip
     return job
+
+
+def last_job(out_dir: Path) -> str | None:
+    """The job id of the experiment's latest submission (slurm/submissions.jsonl)."""
+    import json
+
+    try:
+        rows = (out_dir / SLURM_DIR / "submissions.jsonl").read_text().splitlines()
+        return str(json.loads(rows[-1])["job"]) if rows else None
+    except (OSError, ValueError, KeyError, IndexError):
+        return None
+
+
+def active(job: str, run: Runner = _run) -> bool:
+    """Whether any task of `job` is still pending or running."""
+    try:
+        return bool(run(["squeue", "-h", "-r", "-j", job, "-o", "%i"]).strip())
+    except SlurmError as exc:
+        if "Invalid job id" in str(exc):
+            return False
+        raise
+
+
+def cancel(job: str, run: Runner = _run) -> None:
+    """scancel the whole array (its tasks get SIGTERM and tear their fabrics down)."""
+    try:
+        run(["scancel", job])
+    except SlurmError:
+        pass
 
 
 def wait(
