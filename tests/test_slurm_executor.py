@@ -279,7 +279,7 @@ def fake_run_scenario(sc, transports, out, *, judged=None, annotate=None, **kw) 
     goodput = sc.workload.bytes / 2000 + sc.seed
     summary = {
         "scenario": sc.name, "seed": sc.seed,
-        "transports": {t: entry(goodput=goodput)},
+        "transports": {t: {**entry(goodput=goodput), "delivered_bytes": 1000}},
         "emulation": {"valid": True, "time_dilation": 1, "invalid_reasons": []},
         "provenance": {"node": "vm", "calibration": None, "scenario": sc.model_dump(mode="json")},
         **(annotate or {}),
@@ -380,6 +380,10 @@ def test_a_compare_runs_one_line_per_transport_and_merges_them(tmp_path, monkeyp
     assert isinstance(one, Outcome) and set(one.summary["transports"]) == {"mrc", "tcp"}
     assert one.summary["by_transport"] == {"mrc": "by-transport/mrc", "tcp": "by-transport/tcp"}
     assert one.judged == ["mrc"] and one.passed and one.valid
+    from testbed.analysis.report import print_comparison
+
+    with open(os.devnull, "w") as sink:
+        print_comparison(one.summary, one.metrics, file=sink)  # what `testbed run` prints
     assert json.loads((tmp_path / "one/summary.json").read_text())["transports"].keys() == {
         "mrc", "tcp",
     }  # fmt: skip

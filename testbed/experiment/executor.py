@@ -191,7 +191,7 @@ def load_outcome(folder: Path, judged: Sequence[str]) -> Outcome:
                 s.goodput_bins.append(float(row["goodput_mbps"]))
     except (OSError, KeyError, ValueError):
         series = {}
-    plots = {p.stem: p for p in sorted(folder.glob("*.png"))}
+    plots = {p.stem: p for p in sorted(folder.iterdir()) if p.suffix in (".png", ".svg", ".pdf")}
     judged_here = [t for t in judged if t in summary.get("transports", {})]
     return Outcome(summary, cast(dict, series), folder, plots, judged_here)
 
@@ -290,7 +290,11 @@ def aggregate_runs(
     seeds = exp.seeds
     judged = exp.judged
     if exp.kind == "single":
-        return runs["."]
+        # The series read back are not the runner's whole metrics: printing reads only the
+        # summary then, as it does for a run that measured nothing more.
+        one = runs["."]
+        data = sorted(p for p in one.out_dir.glob("*.csv"))
+        return Outcome(one.summary, {}, one.out_dir, one.plots, one.judged, data)
     if exp.kind == "repeat":
         run_sc = quick(sc) if exp.quick else sc
         return _summarise_repeated(
