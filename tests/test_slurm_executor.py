@@ -284,6 +284,8 @@ def fake_run_scenario(sc, transports, out, *, judged=None, annotate=None, **kw) 
         "provenance": {"node": "vm", "calibration": None, "scenario": sc.model_dump(mode="json")},
         **(annotate or {}),
     }  # fmt: skip
+    for check in summary["transports"][t]["expectations"]["checks"]:
+        check.setdefault("passed", True)  # as check_expectations writes every check
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary))
     with (out / "goodput.csv").open("w", newline="") as fh:
