@@ -156,11 +156,14 @@ def slurm_pair():
     if missing:
         pytest.skip(f"needs {', '.join(missing)}")
     status = subprocess.run(["bash", str(SCRIPT), "status"], capture_output=True, text=True)
-    was_up = "slurmd-tbnode1: running" in status.stdout
+    slurm_was_up = "slurmctld: running" in status.stdout
+    pair_was_up = "slurmd-tbnode1: running" in status.stdout
     subprocess.run(["bash", str(SCRIPT), "start", "--two-nodes"], check=True, timeout=180)
     yield
-    if not was_up:
+    if not slurm_was_up:
         subprocess.run(["bash", str(SCRIPT), "stop"], check=False, timeout=60)
+    elif not pair_was_up:  # back to the one node that was up (the module's fixture's)
+        subprocess.run(["bash", str(SCRIPT), "start"], check=False, timeout=180)
 
 
 def test_one_array_spreads_over_two_namespaced_nodes(slurm_pair, tmp_path):
