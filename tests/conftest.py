@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -22,7 +23,29 @@ ROOT = Path(__file__).resolve().parent.parent
 NETNS_RERUNS = 1
 
 
+# What the data path (contracts.datapath: the compiled one or its Python twin) can change: a
+# test module that imports the switch, the endpoint, the benches, the labs or the choice itself.
+# `make test` runs every pure test on the default path and these again on the Python one.
+_DATAPATH_IMPORT = re.compile(
+    r"^\s*(from|import)\s+(switch|endpoint|contracts\.datapath|testbed\.bench|testbed\.labs)\b",
+    re.M,
+)
+_touches_datapath: dict[Path, bool] = {}
+
+
+def _mark_datapath(items) -> None:
+    """Mark `datapath` every test whose module imports what the data path can change."""
+    for item in items:
+        path = Path(str(item.fspath))
+        if path not in _touches_datapath:
+            _touches_datapath[path] = bool(_DATAPATH_IMPORT.search(path.read_text()))
+        if _touches_datapath[path]:
+            item.add_marker(pytest.mark.datapath)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects: the marker must be there by then
 def pytest_collection_modifyitems(config, items):
+    _mark_datapath(items)
     reasons = []
     if os.geteuid() != 0:
         reasons.append("needs root to create network namespaces (run: sudo make test)")

@@ -167,3 +167,15 @@ def test_up_runs_python_unless_asked(monkeypatch):
     monkeypatch.delenv(datapath.ENV)
     app._apply_datapath(args)
     assert datapath.ENV not in os.environ  # a run: the compiled path where built
+
+
+def test_the_python_pass_takes_every_module_that_reaches_the_data_path():
+    """`make test` reruns on the Python data path only the modules `datapath` marks: the
+    differential and data-path tests must be among them, a pure scenario test need not."""
+    from tests.conftest import _DATAPATH_IMPORT, ROOT
+
+    tests = ROOT / "tests"
+    for name in ("test_switch_core_diff", "test_switch_vector", "test_endpoint_burst",
+                 "test_endpoint_process", "test_labs"):  # fmt: skip
+        assert _DATAPATH_IMPORT.search((tests / f"{name}.py").read_text()), name
+    assert not _DATAPATH_IMPORT.search((tests / "test_scenario_all_errors.py").read_text())
