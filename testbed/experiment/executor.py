@@ -37,10 +37,10 @@ from testbed.experiment.manifest import (
 )
 from testbed.experiment.repetitions import (
     RepeatedOutcome,
-    _run_sweep,
-    _summarise_repeated,
     run_experiment,
+    run_sweep,
     seeds_for,
+    summarise_repeated,
 )
 from testbed.experiment.runner import Outcome, Progress
 from testbed.experiment.slurm import SlurmOptions, active, cancel, last_job, preflight, submit, wait
@@ -297,7 +297,7 @@ def aggregate_runs(
         return Outcome(one.summary, {}, one.out_dir, one.plots, one.judged, data)
     if exp.kind == "repeat":
         run_sc = quick(sc) if exp.quick else sc
-        return _summarise_repeated(
+        return summarise_repeated(
             run_sc, seeds, [runs[f"rep-{i:02d}"] for i in range(1, len(seeds) + 1)], out_dir,
             judged, started, None, progress, exp.plot_format,
         )  # fmt: skip
@@ -309,11 +309,11 @@ def aggregate_runs(
             return runs[base]
         point_sc = quick(p.scenario) if exp.quick else p.scenario
         reps = [runs[f"{base}/rep-{i:02d}"] for i in range(1, len(seeds) + 1)]
-        return _summarise_repeated(
+        return summarise_repeated(
             point_sc, seeds, reps, where, judged, started, tag, progress, exp.plot_format
         )
 
-    return _run_sweep(
+    return run_sweep(
         sc, points, exp.transports, out_dir, judged, progress, exp.time_dilation, exp.repeat,
         exp.quick, exp.plot_format, made=made,
     )  # fmt: skip

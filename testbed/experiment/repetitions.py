@@ -96,7 +96,7 @@ def run_experiment(
     created = first_missing(out_dir)
     try:
         if points:
-            outcome: RepeatedOutcome = _run_sweep(
+            outcome: RepeatedOutcome = run_sweep(
                 sc, points, transports, out_dir, judged, progress, time_dilation, repeat,
                 quick_run, plot_format,
             )  # fmt: skip
@@ -162,12 +162,12 @@ def run_repeated(
                 plot_format=plot_format,
             )
         )
-    return _summarise_repeated(
+    return summarise_repeated(
         sc, seeds, runs, out_dir, judged, started, annotate, progress, plot_format
     )
 
 
-def _summarise_repeated(
+def summarise_repeated(
     sc: Scenario,
     seeds: Sequence[int],
     runs: Sequence[Outcome],
@@ -337,7 +337,7 @@ def render_repeated_report(
     return "\n".join(lines) + "\n"
 
 
-def _run_sweep(
+def run_sweep(
     sc: Scenario,
     points: Sequence[SweepPoint],
     transports: Sequence[str],
