@@ -81,7 +81,6 @@ def test_cli_hands_the_choice_to_child_processes(monkeypatch):
         seen["env"] = os.environ.get(datapath.ENV)
         return 0
 
-    monkeypatch.setattr("testbed.cli.app.cmd_run", fake)
     from testbed.cli import app
 
     args = app.build_parser().parse_args(["run", "x", "--datapath", "python"])

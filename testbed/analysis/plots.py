@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from testbed.analysis.durations import fmt_duration, unit_for
 from testbed.analysis.metrics import BIN_S, AppliedEvent, TransportMetrics, percentiles
+from testbed.analysis.plot_formats import PLOT_FORMATS
 from testbed.analysis.port_series import CONGESTION, FAILURE, OTHER, drops_by_cause
 from testbed.harness.records import path_name
 from testbed.scenario import FAILURE_ACTIONS
@@ -68,8 +69,6 @@ PATH_PALETTE = (
 """Path colours: tab10 without its red and green (the event markers'), then darker ones."""
 OTHER_COLOUR = "#bfbfbf"  # the EVs grouped as "other"
 DPI = 110
-PLOT_FORMATS = ("png", "svg", "pdf")
-"""What `--plot-format` takes: PNG for a report read in a browser, SVG and PDF for papers."""
 _PCT_MARKERS = (("p50", "o"), ("p99", "s"), ("p100", "^"))
 
 EventMark = tuple[float, str]

@@ -10,37 +10,18 @@ import argparse
 import os
 import signal
 import sys
+from collections.abc import Callable
 
 from contracts import datapath
 from contracts.defaults import ECMP_HASHES, FORWARDINGS
 from contracts.framing import MAX_MTU, MIN_MTU
 from contracts.project import __version__
-from testbed.analysis.plots import PLOT_FORMATS
+from testbed.analysis.plot_formats import PLOT_FORMATS
 from testbed.analysis.validity import EXIT_INVALID
 from testbed.cli import completion, fib
-from testbed.cli.commands import (
-    CliError,
-    cmd_bench,
-    cmd_calibrate,
-    cmd_capture,
-    cmd_clean,
-    cmd_cli,
-    cmd_compare,
-    cmd_counters,
-    cmd_ctl,
-    cmd_down,
-    cmd_exec,
-    cmd_inspect,
-    cmd_lab,
-    cmd_list,
-    cmd_run,
-    cmd_schema,
-    cmd_soak,
-    cmd_up,
-)
+from testbed.cli.errors import CliError
+from testbed.experiment.choices import COMPARE_BASELINES, DATA_FORMATS, EXECUTORS
 from testbed.experiment.errors import RunError
-from testbed.experiment.executor import EXECUTORS
-from testbed.experiment.runner import COMPARE_BASELINES, DATA_FORMATS
 from testbed.fabric import client, interrupts
 from testbed.fabric.failures import CTL_USAGE, FailureError
 from testbed.fabric.lifecycle import FabricError, own_fabrics
@@ -50,6 +31,27 @@ from testbed.fabric.switch_layout import LAYOUTS
 from testbed.scenario import TRANSPORTS
 from testbed.scenario.catalog import list_scenarios
 from topologies import TopologyError, TopologyParams
+
+
+def _command(name: str) -> Callable[[argparse.Namespace], int]:
+    """Sub-command `name` of testbed.cli.commands, imported when it runs: building the parser
+    (every start, `--help`, completion, the generated reference) then imports none of what
+    the commands use (matplotlib, scapy, the benches: ~1 s of every start before)."""
+
+    def run(args: argparse.Namespace) -> int:
+        from testbed.cli import commands
+
+        return getattr(commands, name)(args)
+
+    run.__name__ = name
+    return run
+
+
+def _cmd_cli(args: argparse.Namespace) -> int:
+    """`testbed cli`: the interactive prompt, handed `main` to dispatch its testbed commands."""
+    from testbed.cli.commands import cmd_cli
+
+    return cmd_cli(args, dispatch=main)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -163,18 +165,18 @@ def _fabric_commands(sub, named) -> None:
         f"(${SWITCH_LAYOUT_ENV} sets the default; docs/fabric.md)",
     )
     _datapath_flag(up)
-    up.set_defaults(func=cmd_up)
+    up.set_defaults(func=_command("cmd_up"))
 
     ins = named(sub.add_parser("inspect", help="nodes, NICs, addresses, ports, PIDs"))
     ins.add_argument("--json", action="store_true")
-    ins.set_defaults(func=cmd_inspect)
+    ins.set_defaults(func=_command("cmd_inspect"))
 
     ex = named(
         sub.add_parser("exec", help="run a command in a node's namespace (exit status kept)")
     )
     ex.add_argument("node")
     ex.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ...")
-    ex.set_defaults(func=cmd_exec)
+    ex.set_defaults(func=_command("cmd_exec"))
 
     cap = named(
         sub.add_parser(
@@ -188,7 +190,7 @@ def _fabric_commands(sub, named) -> None:
     cap.add_argument("--duration", type=float, metavar="S", help="stop after S real seconds")
     cap.add_argument("-c", "--count", type=int, metavar="N", help="stop after N packets")
     cap.add_argument("-f", "--filter", metavar="BPF", help="capture filter, e.g. 'udp port 4791'")
-    cap.set_defaults(func=cmd_capture)
+    cap.set_defaults(func=_command("cmd_capture"))
 
     ctl = named(
         sub.add_parser(
@@ -201,33 +203,33 @@ def _fabric_commands(sub, named) -> None:
     ctl.add_argument("action")
     ctl.add_argument("args", nargs="*")
     ctl.add_argument("--direction", help="FROM,TO: impair one direction of the link only")
-    ctl.set_defaults(func=cmd_ctl)
+    ctl.set_defaults(func=_command("cmd_ctl"))
 
     co = named(sub.add_parser("counters", help="per-port switch counters"))
     co.add_argument("--json", action="store_true")
     co.add_argument("--hosts", action="store_true", help="host NIC counters (qdisc drops) instead")
     co.add_argument("node", nargs="?")
-    co.set_defaults(func=cmd_counters)
+    co.set_defaults(func=_command("cmd_counters"))
 
     named(
         sub.add_parser("cli", help="interactive shell: node commands plus testbed commands")
-    ).set_defaults(func=lambda args: cmd_cli(args, dispatch=main))
+    ).set_defaults(func=_cmd_cli)
     named(sub.add_parser("down", help="tear down exactly what `up` built")).set_defaults(
-        func=cmd_down
+        func=_command("cmd_down")
     )
     cl = sub.add_parser("clean", help="remove leftovers of this tool only (stale fabrics)")
     cl.add_argument("--all", action="store_true", help="also tear down fabrics that are still up")
-    cl.set_defaults(func=cmd_clean)
+    cl.set_defaults(func=_command("cmd_clean"))
 
 
 def _scenario_commands(sub) -> None:
     """list, run, compare: the shipped scenarios and running them."""
     ls = sub.add_parser("list", help="shipped scenarios with one-line descriptions")
     ls.add_argument("--json", action="store_true", help="name, path, description, error each")
-    ls.set_defaults(func=cmd_list)
+    ls.set_defaults(func=_command("cmd_list"))
     sub.add_parser(
         "schema", help="the JSON Schema of the scenario format (for editors and linters)"
-    ).set_defaults(func=cmd_schema)
+    ).set_defaults(func=_command("cmd_schema"))
     for cmd in ("run", "compare"):
         helps = {
             "run": "run a scenario; exit 0 iff its expectations hold",
@@ -292,7 +294,7 @@ def _scenario_commands(sub) -> None:
         _executor_flags(rp)
         if cmd == "run":
             rp.add_argument("--transport", help="run this transport (or a,b,...) instead")
-            rp.set_defaults(func=cmd_run)
+            rp.set_defaults(func=_command("cmd_run"))
         else:
             rp.add_argument(
                 "--transports",
@@ -300,7 +302,7 @@ def _scenario_commands(sub) -> None:
                 help="comma-separated (default: the scenario's own list when it names two or "
                 f"more; else its transport and the baselines: {', '.join(COMPARE_BASELINES)})",
             )
-            rp.set_defaults(func=cmd_compare)
+            rp.set_defaults(func=_command("cmd_compare"))
 
 
 def _executor_flags(p: argparse.ArgumentParser) -> None:
@@ -358,7 +360,7 @@ def _soak_command(sub) -> None:
                     help="mean seconds a failure lasts (default 3; --quick 2)")  # fmt: skip
     sk.add_argument("--json", action="store_true", help="print summary.json on stdout")
     _datapath_flag(sk)
-    sk.set_defaults(func=cmd_soak)
+    sk.set_defaults(func=_command("cmd_soak"))
 
 
 def _bench_and_lab_commands(sub) -> None:
@@ -368,7 +370,7 @@ def _bench_and_lab_commands(sub) -> None:
         help="measure the packet-hops per second this machine carries validly (for auto)",
     )
     ca.add_argument("--quick", action="store_true", help="smaller transfers (CI)")
-    ca.set_defaults(func=cmd_calibrate)
+    ca.set_defaults(func=_command("cmd_calibrate"))
     be = sub.add_parser("bench", help="benchmarks with same-run baselines")
     be.add_argument(
         "what",
@@ -402,7 +404,7 @@ def _bench_and_lab_commands(sub) -> None:
         "capacity: one fabric (2x2x2, 4x4x4, 4x8x4)",
     )
     _datapath_flag(be)
-    be.set_defaults(func=cmd_bench)
+    be.set_defaults(func=_command("cmd_bench"))
 
     lab = sub.add_parser("lab", help="teaching labs: list them, grade your code")
     lab_sub = lab.add_subparsers(dest="lab_cmd", required=True, metavar="list|check")
@@ -422,7 +424,7 @@ def _bench_and_lab_commands(sub) -> None:
         "--out", help="results folder (default labs/<lab>/results; ./results/labN when installed)"
     )
     lc.add_argument("-v", "--verbose", action="store_true", help="show pytest's own output")
-    lab.set_defaults(func=cmd_lab)
+    lab.set_defaults(func=_command("cmd_lab"))
 
 
 def main(argv: list[str] | None = None) -> int:

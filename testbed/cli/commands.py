@@ -25,6 +25,7 @@ from testbed.bench import (
 )
 from testbed.bench.calibrate import run_calibration
 from testbed.capture import CaptureError, capture
+from testbed.cli.errors import CliError
 from testbed.cli.interactive import Dispatch, FabricCli
 from testbed.experiment.api import load
 from testbed.experiment.calibration import load_budget
@@ -60,10 +61,6 @@ from testbed.scenario.catalog import format_catalog, list_scenarios
 from testbed.scenario.soak_schedule import FailureRates, ScheduleError
 from testbed.scenario.sweep import SweepError, parse_sweep_arg, sweep_points
 from topologies import TopologyParams
-
-
-class CliError(RuntimeError):
-    pass
 
 
 def params_from_args(args: argparse.Namespace) -> TopologyParams:

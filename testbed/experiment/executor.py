@@ -47,7 +47,6 @@ from testbed.experiment.slurm import SlurmOptions, active, cancel, last_job, pre
 from testbed.scenario import Scenario, quick
 from testbed.scenario.sweep import SweepPoint, sweep_points
 
-EXECUTORS = ("local", "slurm")
 BUDGET_TOLERANCE = 0.10
 """Two calibrations whose budgets differ by more than this share are different emulators for
 pooling: a run's time dilation and validity depend on its budget."""

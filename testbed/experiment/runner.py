@@ -55,6 +55,7 @@ from testbed.analysis.report import write_report, write_summary, write_timeserie
 from testbed.analysis.trace_plots import plot_timelines
 from testbed.analysis.validity import Thresholds, banner, is_valid, judge
 from testbed.experiment.calibration import load_budget
+from testbed.experiment.choices import COMPARE_BASELINES, DATA_FORMATS
 from testbed.experiment.dilation import (
     RERUN_FACTOR,
     DilationPlan,
@@ -73,9 +74,6 @@ from testbed.scenario import (
 )
 from testbed.scenario.datapath_needs import python_only_features
 from testbed.scenario.transports import KERNEL_TRANSPORTS
-
-DATA_FORMATS = ("csv", "parquet")  # --format: the CSVs always; parquet adds testbed.results' frames
-
 
 # ----- a whole run -----------------------------------------------------------------------------
 
@@ -402,10 +400,6 @@ def check_runnable(transports: Sequence[str]) -> None:
                     f"--transports: {t!r} needs {tool}, which is not installed "
                     "(sudo bash scripts/setup.sh installs it)"
                 )
-
-
-COMPARE_BASELINES = ("mrc", "single-path", "spray-no-failover", "tcp", "mptcp")
-"""What `compare` runs beside a scenario that names one transport."""
 
 
 def compare_transports(listed: Sequence[str]) -> list[str]:
