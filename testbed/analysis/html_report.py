@@ -181,6 +181,18 @@ def _table(
     )
 
 
+def _table_section(
+    section_id: str,
+    title: str,
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    **table: Any,
+) -> list[str]:
+    """A titled section holding one table (`table`: `_table`'s table_id and links)."""
+    return [f'<section id="{section_id}"><h2>{title}</h2>', _table(header, rows, **table),
+            "</section>"]  # fmt: skip
+
+
 def _figure(caption: str, path: str | Path, out_dir: Path | None) -> str:
     """A plot inlined as a data URI; a PDF (no browser shows one in <img>) as a relative link."""
     path = Path(path)
@@ -341,32 +353,24 @@ def _repeated_body(
         "left out of every statistic.</p>"
     )
     if table is not None:
-        out += [
-            '<section id="medians"><h2>Side by side: medians and intervals</h2>',
-            _table(table[0], table[1], table_id="compare"),
-            "</section>",
-        ]
+        out += _table_section(
+            "medians", "Side by side: medians and intervals", *table, table_id="compare"
+        )
     out += _plots(plots, out_dir)
     runs = rep["runs"]
-    out += [
-        '<section id="runs"><h2>Runs</h2>',
-        _table(
-            ["run", "seed", "time dilation", "valid", "expectations"],
-            [
-                [
-                    r["dir"],
-                    str(r["seed"]),
-                    str(r["time_dilation"]),
-                    "yes" if r["valid"] else "**no**",
-                    "pass" if r["passed"] else "FAIL",
-                ]
-                for r in runs
-            ],
-            links={0: [f"{r['dir']}/{HTML_REPORT}" for r in runs]},
-        ),
-        "</section>",
-    ]
+    out += _table_section(
+        "runs",
+        "Runs",
+        ["run", "seed", "time dilation", "valid", "expectations"],
+        [[r["dir"], str(r["seed"]), str(r["time_dilation"]), *_judged(r)] for r in runs],
+        links={0: [f"{r['dir']}/{HTML_REPORT}" for r in runs]},
+    )
     return out
+
+
+def _judged(entry: Mapping[str, Any]) -> list[str]:
+    """The valid and expectations cells of a run's or a point's row."""
+    return ["yes" if entry["valid"] else "**no**", "pass" if entry["passed"] else "FAIL"]
 
 
 def _sweep_body(
@@ -405,26 +409,18 @@ def _sweep_body(
         "A point's own report holds its full results.</p>"
     )
     if table is not None:
-        out += [
-            '<section id="points-table"><h2>Side by side: every point</h2>',
-            _table(table[0], table[1], table_id="compare"),
-            "</section>",
-        ]
+        out += _table_section(
+            "points-table", "Side by side: every point", *table, table_id="compare"
+        )
     out += _plots(plots, out_dir)
     keys = list(summary["sweep"])
-    out += [
-        '<section id="points"><h2>Points</h2>',
-        _table(
-            ["point", *keys, "valid", "expectations"],
-            [
-                [p["dir"], *(str(p["values"].get(k)) for k in keys)]
-                + ["yes" if p["valid"] else "**no**", "pass" if p["passed"] else "FAIL"]
-                for p in points
-            ],
-            links={0: [f"{p['dir']}/{HTML_REPORT}" for p in points]},
-        ),
-        "</section>",
-    ]
+    out += _table_section(
+        "points",
+        "Points",
+        ["point", *keys, "valid", "expectations"],
+        [[p["dir"], *(str(p["values"].get(k)) for k in keys), *_judged(p)] for p in points],
+        links={0: [f"{p['dir']}/{HTML_REPORT}" for p in points]},
+    )
     return out
 
 
