@@ -186,6 +186,13 @@ class Receiver:
             # The run pending is answered first, on its own, before this packet changes what
             # an ACK says: its ACK acknowledges exactly the run.
             self.flush_ack(out, now)
+        hi = self._bits.bit_length() - 1  # the furthest PSN already here (-1: none)
+        if d < hi:
+            # Arrived behind a later PSN: out of order, by `hi - d` PSNs (the REPS paper's
+            # out-of-order ratio and distance).
+            st.counters["ooo_rx"] += 1
+            if hi - d > st.counters["ooo_max_psns"]:
+                st.counters["ooo_max_psns"] = hi - d
         self._mark(d)
         r.place(offset, pkt.payload)
         st.counters["data_rx"] += 1

@@ -26,6 +26,8 @@ Semantics (docs/fabric.md, "Impairments"):
   it as `rx_bad_frame` on its receiving port (where a NIC counts an FCS error), a host's
   kernel as a header error. A non-IPv4 frame cannot carry that mark and is dropped here.
 - duplication: a clean copy of the frame is sent right after it.
+- every n-th frame dropped (`drop_every: n`): a deterministic gray failure, as the REPS paper's
+  "drops every 10th packet" -- the n-th, 2n-th, ... frame that reaches the wire is lost.
 - jitter: each frame is held an extra uniform [0, jitter_us] (or |N(0, jitter_us)|) on top of
   the link's delay -- never less than the nominal delay: a link is not faster than light.
   By default jitter keeps the order (a frame never leaves before its predecessor, as on a real
@@ -46,6 +48,7 @@ from switch.port import DROP_BLACKHOLE, DROP_LINK_DOWN, DROP_LOSS, DROP_TX_ERROR
 from switch.queueing import ENQUEUED, TRIMMED
 
 DROP_BURST_LOSS = "burst_loss"  # Gilbert-Elliott
+DROP_EVERY_NTH = "every_nth"  # drop_every: the n-th, 2n-th, ... frame
 DROP_CORRUPT = "corrupt_non_ipv4"  # a corrupted frame that cannot carry the bad-checksum mark
 CORRUPTED = "corrupted"
 DUPLICATED = "duplicated"
@@ -126,10 +129,12 @@ class ImpairmentSpec:
     reorder_delay_us: float = 0.0
     corrupt_percent: float = 0.0
     duplicate_percent: float = 0.0
+    drop_every: int = 0  # 0: off; n: every n-th frame is dropped
 
     KEYS = (
         "seed", "gilbert_elliott", "jitter_us", "jitter_distribution", "jitter_reorder",
         "reorder_percent", "reorder_delay_us", "corrupt_percent", "duplicate_percent",
+        "drop_every",
     )  # fmt: skip
 
     @classmethod
@@ -150,6 +155,9 @@ class ImpairmentSpec:
         reorder_jitter = d.get("jitter_reorder", False)
         if not isinstance(reorder_jitter, bool):
             raise ValueError(f"jitter_reorder: must be true or false, got {reorder_jitter!r}")
+        every = d.get("drop_every", 0)
+        if isinstance(every, bool) or not isinstance(every, int) or every < 0:
+            raise ValueError(f"drop_every: must be an integer >= 0 (0: off), got {every!r}")
         ge = d.get("gilbert_elliott")
         spec = cls(
             seed=seed,
@@ -161,6 +169,7 @@ class ImpairmentSpec:
             reorder_delay_us=_us(d, "reorder_delay_us"),
             corrupt_percent=_pct(d, "corrupt_percent"),
             duplicate_percent=_pct(d, "duplicate_percent"),
+            drop_every=every,
         )
         if spec.reorder_percent > 0 and spec.reorder_delay_us <= 0:
             raise ValueError("reorder_delay_us: must be > 0 when reorder_percent is set")
@@ -176,7 +185,7 @@ class Impairment:
 
     __slots__ = (
         "spec", "rng", "bad", "held", "n", "last_release", "now", "ge", "corrupt", "dup",
-        "jitter_s", "normal", "reorder", "reorder_s",
+        "jitter_s", "normal", "reorder", "reorder_s", "every", "since_drop",
     )  # fmt: skip
 
     def __init__(self, spec: ImpairmentSpec) -> None:
@@ -195,6 +204,8 @@ class Impairment:
         self.normal = spec.jitter_distribution == "normal"
         self.reorder = spec.reorder_percent / 100
         self.reorder_s = spec.reorder_delay_us / 1e6
+        self.every = spec.drop_every
+        self.since_drop = 0  # frames on the wire since the last `drop_every` drop
 
     def clear(self, port: Port) -> None:
         """Take this impairment off `port` (back to a plain Port). Frames still held back by
@@ -303,7 +314,8 @@ class ImpairedPort(Port):
 
     def _wire(self, frame: bytearray) -> None:
         """The frame is due on the wire: carrier and gray failures first (as `Port._wire`),
-        then loss, corruption, duplication, and the extra delay of jitter or reordering."""
+        then loss (random, bursty, every n-th), corruption, duplication, and the extra delay
+        of jitter or reordering."""
         c = self.counters
         if self.blackhole:
             c.drop(DROP_BLACKHOLE)
@@ -315,6 +327,12 @@ class ImpairedPort(Port):
         if imp.ge is not None and imp.lose():
             c.drop(DROP_BURST_LOSS)
             return
+        if imp.every:
+            imp.since_drop += 1
+            if imp.since_drop >= imp.every:
+                imp.since_drop = 0
+                c.drop(DROP_EVERY_NTH)
+                return
         copy = None
         if imp.dup and imp.rng.random() < imp.dup:
             copy = bytearray(frame)

@@ -67,6 +67,15 @@ def test_impair_plans_one_seeded_request_per_direction() -> None:
     }
 
 
+def test_drop_every_is_a_failure_and_reaches_the_switch_request() -> None:
+    e = {"at": 1, "action": "impair", "link": ["leaf1", "spine1"], "drop_every": 10}
+    (ev,) = scenario(events=[e]).events
+    assert ev.is_failure and "drop every 10th" in ev.describe()
+    p = failures.plan(scenario(events=[e]).fabric(), **ev.plan_kwargs(), seed=3)
+    assert {s.request["impair"]["drop_every"] for s in p.steps} == {10}
+    assert any("drop_every" in m for m in errors(events=[{**e, "drop_every": -2}]))
+
+
 def test_jitter_alone_is_not_a_failure_and_heal_clears_it_on_the_switch() -> None:
     sc = scenario(
         events=[{"at": 1, "action": "impair", "link": ["leaf1", "spine1"], "jitter_us": 5}]

@@ -18,6 +18,7 @@ from switch.control import handle
 from switch.impairment import (
     CORRUPTED,
     DROP_BURST_LOSS,
+    DROP_EVERY_NTH,
     DUPLICATED,
     JITTERED,
     REORDERED,
@@ -119,6 +120,18 @@ def test_gilbert_elliott_with_loss_in_both_states() -> None:
     theory = GilbertElliott(**ge).loss_rate()  # 0.2 * 0.5 + 0.8 * 0.01 = 0.108
     assert theory == pytest.approx(0.108)
     assert rate == pytest.approx(theory, rel=0.15)
+
+
+def test_drop_every_nth_loses_exactly_every_nth_frame_and_heal_stops_it() -> None:
+    port, wire = make_port(drop_every=10)
+    drive(port, wire, 100)
+    assert wire.seqs() == [s for s in range(100) if (s + 1) % 10]  # frames 9, 19, ... lost
+    assert port.counters.drops == {DROP_EVERY_NTH: 10}
+    assert port.counters.tx_packets == 90
+    impair(port, None)
+    wire.sent.clear()
+    drive(port, wire, 20)
+    assert wire.seqs() == list(range(20))
 
 
 def test_duplication_count_and_copies() -> None:
@@ -288,6 +301,8 @@ def test_an_unimpaired_switch_port_stays_direct_and_an_impaired_one_is_not() -> 
         ({"seed": 1, "reorder_percent": 5}, "reorder_delay_us: must be > 0"),
         ({"seed": 1, "jitter_distribution": "pareto"}, "jitter_distribution: one of"),
         ({"seed": 1, "jitter_reorder": 1}, "jitter_reorder: must be true or false"),
+        ({"seed": 1, "drop_every": -1}, "drop_every: must be an integer >= 0"),
+        ({"seed": 1, "drop_every": 2.5}, "drop_every: must be an integer >= 0"),
     ],
 )
 def test_bad_impairment_requests_are_refused_naming_the_key(impairment, message) -> None:

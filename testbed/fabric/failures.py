@@ -192,7 +192,8 @@ CTL_USAGE = """actions:
   link-down A B | link-up A B | blackhole A B | heal A B
   loss A B PERCENT | degrade A B MBPS | flap A B PERIOD_MS [COUNT]
   impair A B KEY=VALUE... (jitter_us, jitter_distribution, jitter_reorder, reorder_percent,
-         reorder_delay_us, corrupt_percent, duplicate_percent, ge=P,R[,LOSS_GOOD,LOSS_BAD])
+         reorder_delay_us, corrupt_percent, duplicate_percent, drop_every,
+         ge=P,R[,LOSS_GOOD,LOSS_BAD])
   switch-down NODE | switch-up NODE | plane-down K | plane-up K
   link actions take --direction FROM,TO to act on one direction only (e.g. the ACK path)"""
 
@@ -255,6 +256,7 @@ _IMPAIR_WORDS = {
     "reorder_delay_us": float,
     "corrupt_percent": float,
     "duplicate_percent": float,
+    "drop_every": int,
 }
 
 

@@ -133,7 +133,7 @@ class GilbertElliottSpec(StrictModel):
 
 IMPAIR_KEYS = (
     "gilbert_elliott", "jitter_us", "jitter_distribution", "jitter_reorder", "reorder_percent",
-    "reorder_delay_us", "corrupt_percent", "duplicate_percent",
+    "reorder_delay_us", "corrupt_percent", "duplicate_percent", "drop_every",
 )  # fmt: skip
 
 
@@ -153,6 +153,8 @@ class Impair(LinkEvent):
     reorder_delay_us: float = Field(default=0.0, ge=0, le=10_000_000, allow_inf_nan=False)
     corrupt_percent: float = Field(default=0.0, ge=0, le=100, allow_inf_nan=False)
     duplicate_percent: float = Field(default=0.0, ge=0, le=100, allow_inf_nan=False)
+    # Every n-th frame on the wire is dropped (REPS's "drops every 10th packet"); 0: off.
+    drop_every: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
     def _something_and_consistent(self) -> Impair:
@@ -160,11 +162,11 @@ class Impair(LinkEvent):
             raise ValueError("reorder_delay_us: must be > 0 when reorder_percent is set")
         if not any(
             (self.gilbert_elliott, self.jitter_us, self.reorder_percent, self.corrupt_percent,
-             self.duplicate_percent)
+             self.duplicate_percent, self.drop_every)
         ):  # fmt: skip
             raise ValueError(
                 "impair: names no impairment (gilbert_elliott, jitter_us, reorder_percent, "
-                "corrupt_percent or duplicate_percent)"
+                "corrupt_percent, duplicate_percent or drop_every)"
             )
         return self
 
@@ -172,7 +174,7 @@ class Impair(LinkEvent):
     def is_failure(self) -> bool:
         ge = self.gilbert_elliott
         lossy = ge is not None and (ge.loss_good > 0 or (ge.p > 0 and ge.loss_bad > 0))
-        return lossy or self.corrupt_percent > 0
+        return lossy or self.corrupt_percent > 0 or self.drop_every > 0
 
     def impairments(self) -> dict[str, Any]:
         """The switch's `impair` request without its seed (the planner adds it)."""
@@ -198,6 +200,8 @@ class Impair(LinkEvent):
             parts.append(f"corrupt {self.corrupt_percent:g}%")
         if self.duplicate_percent:
             parts.append(f"dup {self.duplicate_percent:g}%")
+        if self.drop_every:
+            parts.append(f"drop every {self.drop_every}th")
         return f"impair {', '.join(parts)} {self._where()}"
 
 
