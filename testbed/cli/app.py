@@ -89,6 +89,14 @@ def _named(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return p
 
 
+def _comma_list(value: str) -> list[str]:
+    """``a,b`` -> ["a", "b"]: a bench's cell filter."""
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("expected a comma-separated list, e.g. reps,oblivious")
+    return items
+
+
 def _datapath_flag(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """`--datapath c|python` (contracts.datapath): what every switch and endpoint runs."""
     p.add_argument(
@@ -383,6 +391,7 @@ def _bench_and_lab_commands(sub) -> None:
             "fidelity",
             "ecmp",
             "hop",
+            "reps-grid",
         ],
     )
     be.add_argument("--json", action="store_true")
@@ -391,12 +400,23 @@ def _bench_and_lab_commands(sub) -> None:
     be.add_argument(
         "--time-dilation",
         metavar="auto|N",
-        help="capacity, fidelity: the runs' time dilation (capacity: where its search starts); "
-        "default auto (docs/fidelity.md)",
+        help="capacity, fidelity, reps-grid: the runs' time dilation (capacity: where its "
+        "search starts); default auto (docs/fidelity.md)",
     )
     be.add_argument(
-        "--out", help="capacity, fidelity: results folder (default results/bench-WHAT-TIMESTAMP)"
+        "--out",
+        help="capacity, fidelity, reps-grid: results folder (default "
+        "results/bench-WHAT-TIMESTAMP; reps-grid reads back the cells already in it)",
     )
+    for key, what in (
+        ("fabrics", "1to1, 8to1"),
+        ("traffic", "permutation, incast"),
+        ("modes", "failure modes, e.g. none,link-failed (docs/fidelity.md, Published results)"),
+        ("rows", "reps, oblivious, wrr, single-path, roce"),
+    ):
+        be.add_argument(
+            f"--{key}", metavar="A,B", type=_comma_list, help=f"reps-grid: only these {what}"
+        )
     be.add_argument(
         "--only",
         choices=["permutation", "slow-link", "incast", "2x2x2", "4x4x4", "4x8x4"],

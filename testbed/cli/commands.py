@@ -21,6 +21,7 @@ from testbed.bench import (
     fidelity_bench,
     fidelity_table,
     hop_bench,
+    reps_grid,
     switch_bench,
 )
 from testbed.bench.calibrate import run_calibration
@@ -511,7 +512,9 @@ FABRIC_BENCHES = {
 SCENARIO_BENCHES = {
     "capacity": (capacity_bench.run_capacity_bench, capacity_bench.format_capacity_table),
     "fidelity": (fidelity_bench.run_fidelity_bench, fidelity_table.format_fidelity_table),
+    "reps-grid": (reps_grid.run_reps_grid, reps_grid.format_reps_grid_table),
 }
+GRID_FILTERS = ("fabrics", "traffic", "modes", "rows")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -532,6 +535,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
             f"--only: bench {args.what} has no section {only!r} "
             f"(it has {', '.join(sections[args.what])})"
         )
+    filters = {k: getattr(args, k) for k in GRID_FILTERS if getattr(args, k, None) is not None}
+    if filters and args.what != "reps-grid":
+        raise CliError(f"--{next(iter(filters))}: only bench reps-grid has cells to choose")
     if args.what == "ecmp":  # pure computation: no fabric, no root
         result = ecmp_bench.run_ecmp_bench(quick=args.quick)
         print(json.dumps(result, indent=1) if args.json else ecmp_bench.format_ecmp_table(result))
@@ -544,6 +550,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.what in SCENARIO_BENCHES:
         run, table = SCENARIO_BENCHES[args.what]
         extra = {"only": only} if only is not None else {}
+        extra.update(filters)
         try:
             result = run(
                 quick=args.quick,

@@ -104,7 +104,7 @@ def _transport_dirs(leaf: Leaf) -> Iterator[tuple[str, Path]]:
             yield transport, raw
 
 
-def _endpoint_records(raw: Path) -> tuple[dict[str, list[dict[str, Any]]], float | None]:
+def endpoint_records(raw: Path) -> tuple[dict[str, list[dict[str, Any]]], float | None]:
     """Every endpoint's records by host, and the workload's t0 (the earliest `go`)."""
     files = sorted((raw / "endpoints").glob("*.jsonl"))
     records = {f.stem: list(_jsonl(f)) for f in files}
@@ -120,7 +120,7 @@ def _endpoint_records(raw: Path) -> tuple[dict[str, list[dict[str, Any]]], float
 def ev_events(leaf: Leaf) -> pd.DataFrame | None:
     rows = []
     for transport, raw in _transport_dirs(leaf):
-        records, t0 = _endpoint_records(raw)
+        records, t0 = endpoint_records(raw)
         for host, recs in records.items():
             for r in recs:
                 if r.get("type") != "ev":
@@ -147,7 +147,7 @@ def collectives(leaf: Leaf) -> pd.DataFrame | None:
     iteration (the ``trace_node`` records), timed from the job's go."""
     rows = []
     for transport, raw in _transport_dirs(leaf):
-        records, t0 = _endpoint_records(raw)
+        records, t0 = endpoint_records(raw)
         for host, recs in records.items():
             for r in recs:
                 if r.get("type") != "trace_node":

@@ -1,0 +1,272 @@
+"""`testbed bench reps-grid`: the REPS paper's failure grid on the emulated fabric.
+
+Every cell (fabric x traffic x failure mode x load balancer, `reps_grid_scenarios`) is one run
+through the public runner, judged valid or INVALID by its own verdict; its figures are read
+back from its folder (`reps_grid_figures`). A cell whose folder already holds a summary is
+read, not run again, so a grid of hours can be built over several sittings (`--out` the same
+folder).
+
+The paper's claims are then checked on the cells that ran, each a pass, a fail or "not
+measured", with its numbers:
+- REPS moves traffic off a failed link in under 100 µs;
+- REPS beats oblivious spraying in P99 FCT under every failure mode;
+- neither loses a byte.
+A claim is judged on valid runs only: an INVALID run's figures measure the emulator, not the
+network.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from testbed.bench.endpoint_bench import BenchError, bench_meta
+from testbed.bench.fidelity_figures import run_record
+from testbed.bench.reps_grid_figures import (
+    avoid_figures,
+    endpoint_figures,
+    ev_failures,
+    fct_figures,
+    switch_drops,
+)
+from testbed.bench.reps_grid_scenarios import (
+    FABRICS,
+    HTSIM_MODE,
+    MODES,
+    QUICK,
+    ROWS,
+    TRAFFIC,
+    failed_links,
+    failure_window,
+    row_key,
+    scenario,
+)
+from testbed.experiment.api import load
+from testbed.experiment.runner import Progress, run_scenario
+
+AVOID_CLAIM_US = 100.0
+AVOID_CLAIM_MODES = ("link-failed", "link-failed-100us")
+
+
+def default_results_dir() -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return Path("results") / f"bench-reps-grid-{stamp}"
+
+
+def _pick(given: list[str] | None, allowed: tuple[str, ...], default, what: str) -> tuple:
+    if given is None:
+        return tuple(default)
+    bad = [g for g in given if g not in allowed]
+    if bad:
+        raise BenchError(f"--{what}: unknown {bad[0]!r} (one of {', '.join(allowed)})")
+    return tuple(given)
+
+
+def cell_name(fabric: str, traffic: str, mode: str, row: str) -> str:
+    return f"{fabric}-{traffic}-{mode}-{row}"
+
+
+def read_cell(run_dir: Path, sc_dict: dict, row: str, wall_s: float | None = None) -> dict:
+    """One cell's figures from its run folder."""
+    key = row_key(row)
+    summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    entry = summary["transports"][key]
+    raw = run_dir / "raw" / key
+    rec = run_record(entry, wall_s if wall_s is not None else 0.0, run_dir)
+    if wall_s is None:
+        rec["wall_s"] = None  # read back: this sitting did not time it
+    fabric, traffic, mode = sc_dict["_cell"]
+    sc = load({k: v for k, v in sc_dict.items() if k != "_cell"})
+    return {
+        "fabric": fabric,
+        "traffic": traffic,
+        "mode": mode,
+        "row": row,
+        "htsim_mode": HTSIM_MODE.get(mode),
+        **fct_figures(entry.get("flows", [])),
+        "lost_bytes": entry.get("lost_bytes"),
+        "delivered_bytes": entry.get("delivered_bytes"),
+        "trims": entry.get("trims"),
+        "retransmits": entry.get("retransmits"),
+        **endpoint_figures(raw),
+        "drops": switch_drops(raw),
+        **avoid_figures(
+            ev_failures(raw),
+            sc,
+            key,
+            failed_links(mode, fabric),
+            failure_window(mode, fabric),
+        ),
+        "run": rec,
+    }
+
+
+def run_reps_grid(
+    quick: bool = False,
+    time_dilation: float | str = "auto",
+    out: Path | None = None,
+    fabrics: list[str] | None = None,
+    traffic: list[str] | None = None,
+    modes: list[str] | None = None,
+    rows: list[str] | None = None,
+) -> dict:
+    """Run (or read back) the chosen cells; returns the bench's result object."""
+    q = QUICK if quick else {}
+    fabs = _pick(fabrics, tuple(FABRICS), q.get("fabrics", FABRICS), "fabrics")
+    trs = _pick(traffic, TRAFFIC, q.get("traffic", TRAFFIC), "traffic")
+    mds = _pick(modes, MODES, q.get("modes", MODES), "modes")
+    rws = _pick(rows, tuple(ROWS), q.get("rows", ROWS), "rows")
+    if os.geteuid() != 0:
+        raise BenchError("bench reps-grid needs root (it creates network namespaces): use sudo")
+    started = time.time()
+    out = out or default_results_dir()
+    cells = []
+    for fabric in fabs:
+        for tr in trs:
+            for mode in mds:
+                for row in rws:
+                    cells.append(_cell(fabric, tr, mode, row, out, time_dilation))
+    return {
+        "bench": "reps-grid",
+        "cells": cells,
+        "claims": check_claims(cells),
+        "results_dir": str(out),
+        "meta": bench_meta(
+            1,
+            started,
+            "REPS paper's failure grid (arXiv 2407.21625) scaled to 32 hosts; each cell one "
+            "run through the runner, judged by its own verdict; cells already in --out are "
+            "read back, not run",
+            quick=quick,
+            time_dilation=time_dilation,
+        ),
+    }
+
+
+def _cell(fabric: str, traffic: str, mode: str, row: str, out: Path, dilation) -> dict:
+    sc = scenario(fabric, traffic, mode, row)
+    run_dir = out / cell_name(fabric, traffic, mode, row)
+    tagged = {**sc, "_cell": (fabric, traffic, mode)}
+    if (run_dir / "summary.json").is_file():
+        return read_cell(run_dir, tagged, row)
+    t0 = time.monotonic()
+    run_scenario(
+        load(sc),
+        [row_key(row)],
+        run_dir,
+        progress=Progress(stream=sys.stderr, live=False),
+        time_dilation=dilation,
+    )
+    cell = read_cell(run_dir, tagged, row, time.monotonic() - t0)
+    r = cell["run"]
+    print(
+        f"  {run_dir.name}: {'valid' if r['valid'] else 'INVALID'} at N={r['time_dilation']:g}, "
+        f"wall {r['wall_s']:.1f} s, median FCT {cell['median_us']} µs, P99 {cell['p99_us']} µs",
+        file=sys.stderr,
+        flush=True,
+    )
+    return cell
+
+
+def _valid(cells: list[dict], **match) -> list[dict]:
+    return [c for c in cells if c["run"]["valid"] and all(c[k] == v for k, v in match.items())]
+
+
+def check_claims(cells: list[dict]) -> list[dict[str, Any]]:
+    """The paper's qualitative claims, each judged on the valid cells that bear on it."""
+    claims = []
+    avoid = [c for m in AVOID_CLAIM_MODES for c in _valid(cells, mode=m, row="reps")]
+    got = [c["avoided_us"] for c in avoid if c["avoided_us"] is not None]
+    claims.append(
+        {
+            "claim": f"REPS moves traffic off a failed link in under {AVOID_CLAIM_US:g} µs",
+            "verdict": "not measured"
+            if not got
+            else ("pass" if max(got) < AVOID_CLAIM_US else "fail"),
+            "numbers": {
+                f"{c['fabric']}/{c['traffic']}/{c['mode']}": c["avoided_us"] for c in avoid
+            },
+        }
+    )
+    pairs = {}
+    for c in cells:
+        if c["mode"] == "none" or c["row"] not in ("reps", "oblivious"):
+            continue
+        pairs.setdefault((c["fabric"], c["traffic"], c["mode"]), {})[c["row"]] = c
+    beats, numbers = [], {}
+    for key, pair in sorted(pairs.items()):
+        if len(pair) < 2 or not all(p["run"]["valid"] for p in pair.values()):
+            continue
+        r, o = pair["reps"], pair["oblivious"]
+        rp = r["p99_us"] if r["p99_us"] is not None else float("inf")
+        op = o["p99_us"] if o["p99_us"] is not None else float("inf")
+        beats.append(rp < op or (rp == op == float("inf") and r["unfinished"] < o["unfinished"]))
+        numbers["/".join(key)] = {"reps_p99_us": r["p99_us"], "oblivious_p99_us": o["p99_us"]}
+    claims.append(
+        {
+            "claim": "REPS beats oblivious spraying in P99 FCT under every failure mode",
+            "verdict": "not measured" if not beats else ("pass" if all(beats) else "fail"),
+            "numbers": numbers,
+        }
+    )
+    lossless = [c for c in cells if c["row"] in ("reps", "oblivious") and c["run"]["valid"]]
+    lost = {
+        f"{c['fabric']}/{c['traffic']}/{c['mode']}/{c['row']}": c["lost_bytes"]
+        for c in lossless
+        if c["lost_bytes"] or c["unfinished"]
+    }
+    claims.append(
+        {
+            "claim": "neither REPS nor oblivious spraying loses a byte",
+            "verdict": "not measured" if not lossless else ("fail" if lost else "pass"),
+            "numbers": {"cells": len(lossless), "cells_with_loss_or_unfinished": lost},
+        }
+    )
+    return claims
+
+
+def _us(v: float | None, unfinished: int) -> str:
+    if v is None:
+        return f"unfin. ({unfinished})" if unfinished else "-"
+    return f"{v:,.0f}"
+
+
+def format_reps_grid_table(d: dict) -> str:
+    """One table per failure mode: each load balancer's FCTs and counts, with its verdict."""
+    lines = [
+        "bench reps-grid: REPS failure grid (arXiv 2407.21625), 32 hosts, 800 Gbps, 4 MiB flows",
+        f"results: {d['results_dir']}",
+    ]
+    by_mode: dict[tuple, list[dict]] = {}
+    for c in d["cells"]:
+        by_mode.setdefault((c["mode"], c["fabric"], c["traffic"]), []).append(c)
+    for (mode, fabric, traffic), cells in by_mode.items():
+        lines += ["", f"{mode} ({fabric}, {traffic})"]
+        lines.append(
+            f"  {'row':<12} {'median us':>10} {'P99 us':>12} {'max us':>12} {'NACKs':>7} "
+            f"{'ooo %':>6} {'ooo max':>7} {'avoid us':>9}  drops; verdict"
+        )
+        for c in cells:
+            ooo = "-" if c["ooo_ratio"] is None else f"{100 * c['ooo_ratio']:.1f}"
+            avoid = "-" if c["avoided_us"] is None else f"{c['avoided_us']:.0f}"
+            drops = ", ".join(f"{k} {v}" for k, v in c["drops"].items()) or "none"
+            r = c["run"]
+            verdict = (
+                f"valid N={r['time_dilation']:g}"
+                if r["valid"]
+                else f"INVALID ({'; '.join(r['invalid_reasons'])[:60]})"
+            )
+            lines.append(
+                f"  {c['row']:<12} {_us(c['median_us'], c['unfinished']):>10} "
+                f"{_us(c['p99_us'], c['unfinished']):>12} {_us(c['max_us'], c['unfinished']):>12} "
+                f"{c['nacks']:>7} {ooo:>6} {c['ooo_max_psns']:>7} {avoid:>9}  {drops}; {verdict}"
+            )
+    lines += ["", "claims (valid runs only):"]
+    for cl in d["claims"]:
+        lines.append(f"  {cl['verdict'].upper():<13} {cl['claim']}")
+    return "\n".join(lines)
