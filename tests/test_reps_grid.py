@@ -1,0 +1,201 @@
+"""`testbed bench reps-grid` without a fabric: its cells, failure modes, figures and claims."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from testbed.bench import reps_grid_scenarios as g
+from testbed.bench.endpoint_bench import BenchError
+from testbed.bench.reps_grid import check_claims, format_reps_grid_table, run_reps_grid
+from testbed.bench.reps_grid_figures import (
+    avoid_figures,
+    endpoint_figures,
+    ev_failures,
+    fct_figures,
+    nearest_rank,
+    switch_drops,
+)
+from testbed.cli.app import main
+from testbed.experiment.api import load
+from testbed.harness.ev_controller import path_links
+
+
+@pytest.mark.parametrize("fabric", list(g.FABRICS))
+@pytest.mark.parametrize("mode", g.MODES)
+def test_every_failure_mode_is_a_valid_scenario_on_both_fabrics(mode: str, fabric: str) -> None:
+    sc = load(g.scenario(fabric, "permutation", mode, "reps"))
+    p = sc.fabric().params
+    assert (p.spines, p.leaves, p.hosts_per_leaf, p.link_mbps) == (4, 8, 4, 800_000.0)
+    assert p.uplink_mbps == (800_000.0 if fabric == "1to1" else 100_000.0)
+    assert (len(sc.events) == 0) == (mode == "none")
+    assert all(e.is_failure for e in sc.events if e.action != "heal")
+
+
+@pytest.mark.parametrize("row", list(g.ROWS))
+def test_every_load_balancer_and_the_incast_are_valid(row: str) -> None:
+    sc = load(g.scenario("1to1", "incast", "link-failed", row))
+    assert sc.workload.dst == "h1" and len(sc.workload.srcs) == 8
+    leaf_of = {h: (int(h[1:]) - 1) // 4 for h in sc.workload.srcs}
+    assert 0 not in leaf_of.values()  # no sender on the receiver's leaf
+
+
+def test_the_permutation_leaves_every_leaf_and_uses_4_mib_flows() -> None:
+    from testbed.scenario.traffic import flows
+
+    fl = flows(load(g.scenario("1to1", "permutation", "none", "reps")))
+    assert len(fl) == 32 and {f.bytes for f in fl} == {4 * 1024 * 1024}
+    assert all((int(f.src[1:]) - 1) // 4 != (int(f.dst[1:]) - 1) // 4 for f in fl)
+
+
+def test_the_failure_modes_fail_what_the_paper_says() -> None:
+    ev = g.mode_events("link-failed-100us", "1to1")
+    assert [(e["at"], e["action"], e["link"]) for e in ev] == [
+        (10e-6, "blackhole", ["leaf1", "spine1"]),
+        (110e-6, "heal", ["leaf1", "spine1"]),
+    ]
+    assert g.failure_window("link-failed-100us", "1to1") == (10e-6, 110e-6)
+    assert g.failure_window("link-failed", "1to1") == (0.0, None)
+    assert g.failure_window("none", "1to1") is None
+    spine = g.mode_events("switch-failed", "1to1")
+    assert sorted(tuple(e["link"]) for e in spine) == [(f"leaf{k}", "spine1") for k in range(1, 9)]
+    every = g.mode_events("switch-drops-every-10th", "1to1")
+    assert all(e["direction"][0] == "spine1" and e["drop_every"] == 10 for e in every)
+    assert len(every) == 8
+    slow = g.mode_events("link-degraded", "8to1")
+    assert slow[0]["mbps"] == 25_000.0  # a quarter of the 8:1 fabric's 100 Gbps uplinks
+    assert g.mode_events("link-degraded", "1to1")[0]["mbps"] == 200_000.0
+    tenp = g.ten_percent_links()
+    assert len(tenp) == 3 and len({tuple(x) for x in tenp}) == 3
+    with pytest.raises(ValueError, match="mode: one of"):
+        g.mode_events("meteor-strike", "1to1")
+
+
+def test_flaps_fail_a_new_link_every_100us_for_50us() -> None:
+    ev = g.mode_events("link-flaps", "1to1")
+    holes = [e for e in ev if e["action"] == "blackhole"]
+    heals = {tuple(e["link"]): e["at"] for e in ev if e["action"] == "heal"}
+    starts = [e["at"] for e in holes]
+    assert starts[0] == pytest.approx(10e-6)
+    assert all(b - a == pytest.approx(100e-6) for a, b in zip(starts, starts[1:], strict=False))
+    assert starts[-1] < g.DURATION_S
+    links = [tuple(e["link"]) for e in holes]
+    assert len(set(links)) == len(links)  # 20 flaps, 32 links: a new link each time
+    assert all(heals[tuple(e["link"])] == pytest.approx(e["at"] + 50e-6) for e in holes)
+
+
+def test_nearest_rank_and_fct_figures_never_hide_an_unfinished_flow() -> None:
+    assert nearest_rank([5, 1, 3], 50) == 3 and nearest_rank(list(range(1, 101)), 99) == 99
+    flows = [{"fct_ms": x} for x in (0.05, 0.06, 0.07)] + [{"fct_ms": None}]
+    f = fct_figures(flows)
+    assert f["median_us"] == 60.0 and f["unfinished"] == 1
+    assert f["p99_us"] is None and f["max_us"] is None  # they fall on the unfinished flow
+    done = fct_figures(flows[:3])
+    assert (done["median_us"], done["p99_us"], done["max_us"]) == (60.0, 70.0, 70.0)
+
+
+def _write_run(tmp: Path) -> Path:
+    """A run folder as the runner leaves it, with the records the figures read."""
+    raw = tmp / "raw" / "reps"
+    (raw / "endpoints").mkdir(parents=True)
+    sc = load(g.scenario("1to1", "permutation", "link-failed-100us", "reps"))
+    fab = sc.fabric()
+    # An EV of h1 -> h5 whose data path crosses leaf1-spine1, and one that does not.
+    crossing = next(
+        ev for ev in range(1, 400) if ("leaf1", "spine1") in path_links(fab, "h1", "h5", ev, 1)
+    )
+    other = next(
+        ev
+        for ev in range(1, 400)
+        if ("leaf1", "spine1") not in path_links(fab, "h1", "h5", ev, 1)
+        and ("leaf1", "spine1") not in path_links(fab, "h5", "h1", ev, 1)
+    )
+    h1 = [
+        {"type": "job", "job": 1, "event": "go", "t": 100.0},
+        {"type": "ev", "job": 1, "peer": "h5", "ev": crossing, "new": "failed", "t": 100.000040},
+        {"type": "ev", "job": 1, "peer": "h5", "ev": other, "new": "failed", "t": 100.000050},
+        {"type": "ev", "job": 1, "peer": "h5", "ev": crossing, "new": "failed", "t": 100.000300},
+    ]
+    h5 = [
+        {"type": "job", "job": 1, "event": "go", "t": 100.0},
+        {"type": "counters", "job": 1, "peer": "h1", "qp": 7,
+         "counters": {"nack_tx": 3, "data_rx": 10, "ooo_rx": 2, "ooo_max_psns": 4}},
+        {"type": "counters", "job": 1, "peer": "h1", "qp": 7,
+         "counters": {"nack_tx": 5, "data_rx": 20, "ooo_rx": 5, "ooo_max_psns": 9}},
+    ]  # fmt: skip
+    for host, recs in (("h1", h1), ("h5", h5)):
+        (raw / "endpoints" / f"{host}.jsonl").write_text("\n".join(json.dumps(r) for r in recs))
+    (raw / "switch_counters.json").write_text(
+        json.dumps(
+            {
+                "leaf1": {
+                    "drops": {"no_route": 1},
+                    "ports": {"leaf1-eth4": {"drops": {"blackhole": 7}}},
+                },
+                "spine1": {"drops": {}, "ports": {"spine1-eth0": {"drops": {"blackhole": 2}}}},
+            }
+        )
+    )
+    return raw
+
+
+def test_figures_from_a_run_folder(tmp_path: Path) -> None:
+    raw = _write_run(tmp_path)
+    e = endpoint_figures(raw)
+    assert e == {"nacks": 5, "trimmed_rx": 0, "data_rx": 20, "ooo_ratio": 0.25, "ooo_max_psns": 9}
+    assert switch_drops(raw) == {"blackhole": 9, "no_route": 1}
+    fails = ev_failures(raw)
+    assert [round(f.t * 1e6) for f in fails] == [40, 50, 300]
+    sc = load(g.scenario("1to1", "permutation", "link-failed-100us", "reps"))
+    a = avoid_figures(
+        fails, sc, "reps", g.failed_links("link-failed-100us", "1to1"), (10e-6, 110e-6)
+    )
+    # The crossing EV retired at 40 µs: 30 µs after the failure; the one at 300 µs came after
+    # the heal and the one at 50 µs does not cross the link.
+    assert a == {"avoided_us": 30.0, "evs_retired": 1}
+    assert avoid_figures(fails, sc, "reps", [], None)["avoided_us"] is None
+
+
+def _cell(mode: str, row: str, p99: float | None, valid: bool = True, **kw) -> dict:
+    return {
+        "fabric": "1to1", "traffic": "permutation", "mode": mode, "row": row,
+        "median_us": 50.0, "p99_us": p99, "max_us": p99, "unfinished": 0 if p99 else 1,
+        "lost_bytes": 0, "nacks": 1, "ooo_ratio": 0.1, "ooo_max_psns": 3,
+        "avoided_us": kw.get("avoided_us"), "drops": {"blackhole": 3},
+        "run": {"valid": valid, "time_dilation": 500000, "invalid_reasons": [] if valid else ["CPU saturated"]},
+    }  # fmt: skip
+
+
+def test_claims_pass_fail_and_ignore_invalid_runs() -> None:
+    cells = [
+        _cell("link-failed", "reps", 80.0, avoided_us=40.0),
+        _cell("link-failed", "oblivious", 120.0),
+        _cell("link-degraded", "reps", 90.0),
+        _cell("link-degraded", "oblivious", 95.0),
+    ]
+    c = {x["claim"][:20]: x for x in check_claims(cells)}
+    assert [x["verdict"] for x in c.values()] == ["pass", "pass", "pass"]
+    worse = [*cells[:3], _cell("link-degraded", "oblivious", 85.0)]
+    assert check_claims(worse)[1]["verdict"] == "fail"
+    slow = [_cell("link-failed", "reps", 80.0, avoided_us=150.0), *cells[1:]]
+    assert check_claims(slow)[0]["verdict"] == "fail"
+    # An INVALID run is no evidence either way.
+    invalid = [_cell("link-failed", "reps", 500.0, valid=False, avoided_us=900.0), *cells[1:]]
+    v = check_claims(invalid)
+    assert v[0]["verdict"] == "not measured"
+    assert "1to1/permutation/link-failed" not in v[1]["numbers"]
+    lossy = [_cell("link-failed", "reps", None, avoided_us=40.0), *cells[1:]]
+    assert check_claims(lossy)[2]["verdict"] == "fail"
+    table = format_reps_grid_table({"results_dir": "x", "cells": invalid, "claims": v})
+    assert "INVALID (CPU saturated)" in table and "NOT MEASURED" in table
+
+
+def test_bad_cell_filters_are_refused_before_anything_runs(capsys) -> None:
+    with pytest.raises(BenchError, match="--modes: unknown 'meteor'"):
+        run_reps_grid(modes=["meteor"])
+    with pytest.raises(BenchError, match="--rows: unknown 'ecmp'"):
+        run_reps_grid(rows=["ecmp"])
+    assert main(["bench", "fidelity", "--rows", "reps"]) == 2
+    assert "--rows: only bench reps-grid" in capsys.readouterr().err
