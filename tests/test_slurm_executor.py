@@ -296,8 +296,22 @@ def fake_run_scenario(sc, transports, out, *, judged=None, annotate=None, **kw) 
     return Outcome(summary, {}, out, {}, list(judged if judged is not None else transports))
 
 
+def _no_drawing(monkeypatch) -> None:
+    """The sweep's plots as empty files: the test compares which files each executor writes,
+    not the pictures (tests/test_repetitions.py draws them), and drawing was most of its time."""
+
+    def placeholder(*args, **_kw) -> Path:  # the path is the last positional argument
+        path = Path(args[-1])
+        path.write_bytes(b"")
+        return path
+
+    for name in ("plot_goodput_band", "plot_metric_intervals", "plot_sweep"):
+        monkeypatch.setattr(repetitions, name, placeholder)
+
+
 def test_a_sweep_through_the_executor_aggregates_like_the_local_one(tmp_path, monkeypatch):
     sc = scenario()
+    _no_drawing(monkeypatch)
     monkeypatch.setattr(slurm_task, "run_scenario", fake_run_scenario)
     monkeypatch.setattr(executor, "preflight", lambda out, opts: ["vm"])
     monkeypatch.setattr(executor, "wait", lambda job, **kw: None)
