@@ -27,10 +27,12 @@ test: setup
 	TESTBED_DATAPATH=python $(PY) -m pytest -m "datapath and not netns" -n 2 -q
 	$(PY) -m pytest -m netns --durations=25
 
-# Lint and the pure tests (no root, no namespaces) on both cores: under two minutes.
+# Lint and the pure tests (no root, no namespaces) on both cores: under two minutes. It leaves
+# out the `build` tests (a wheel built and installed, the ASan/UBSan builds of the C code, a
+# build without a compiler): `make test` runs them in its first pass.
 check: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/lint-imports
-	$(PY) -m pytest -m "not netns" -n 2 -q
+	$(PY) -m pytest -m "not netns and not build" -n 2 -q
 
 demo: setup
 	bash scripts/demo.sh

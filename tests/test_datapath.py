@@ -89,6 +89,7 @@ def test_cli_hands_the_choice_to_child_processes(monkeypatch):
     assert seen["env"] == "python"
 
 
+@pytest.mark.build
 def test_without_a_compiler_the_build_succeeds_and_python_runs(tmp_path):
     """setup.py's extensions are optional: a build whose compiler fails still succeeds (as
     `pip install` does), builds nothing, and the processes run the Python path with a

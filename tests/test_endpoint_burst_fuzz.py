@@ -17,7 +17,10 @@ ROOT = Path(__file__).resolve().parents[1]
 FUZZ = ROOT / "tools" / "burst_fuzz.py"
 REPORTS = ("ERROR: AddressSanitizer", "runtime error:", "SUMMARY: UndefinedBehaviorSanitizer")
 
-pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+pytestmark = [
+    pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc"),
+    pytest.mark.build,  # sanitized builds: `make test` runs them, `make check` does not
+]
 
 
 def _libasan() -> str:

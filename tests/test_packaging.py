@@ -124,6 +124,7 @@ _OFFLINE = re.compile(
 )
 
 
+@pytest.mark.build
 def test_a_wheel_installed_outside_the_checkout_lists_scenarios_and_labs(tmp_path):
     """Build a wheel, install it into a fresh venv, and use it from a folder with no checkout.
 

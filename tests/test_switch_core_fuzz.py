@@ -20,6 +20,7 @@ def _libasan() -> bool:
     return out.returncode == 0 and Path(out.stdout.strip()).is_absolute()
 
 
+@pytest.mark.build
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc not found: no sanitized build")
 def test_fifty_thousand_frames_under_asan_and_ubsan() -> None:
     if not _libasan():
