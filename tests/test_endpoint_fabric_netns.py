@@ -2,7 +2,7 @@
 
 Every figure is computed with the scenario engine's own definitions (testbed.analysis.metrics) from the
 endpoints' JSON-lines metrics; each test prints its figures (run pytest with -s to see them)
-and they are collected in docs/transport.md ("Endpoint process").
+and they are collected in docs/measurements/2026-12-04-real-time-fabric.md.
 
 Fabric A: 2 spines, 2 leaves, 2 hosts per leaf, 100 Mbps. Fabric B: 2 spines, 3 leaves, 3
 hosts per leaf (9 hosts) for 8-to-1 incast, once with trimming and once with --no-trim.

@@ -1,7 +1,7 @@
 """The transport's time constants for one fabric at one time dilation.
 
 `endpoint.config.TransportConfig`'s defaults were tuned on the reference fabric (100 Mbps,
-20 µs links; docs/transport.md) and `endpoint.process_config.EMULATION_TRANSPORT` raises three
+20 µs links; docs/transport.md) and `endpoint.process_config.EMULATION_TRANSPORT` raises four
 of them above what a process descheduled on two shared cores may wait. Neither fits a 10 Gbps
 fabric with 1 µs links, whose base RTT is 50 times shorter. So every job's transport gets:
 
