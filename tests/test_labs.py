@@ -5,14 +5,16 @@ root)."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 
 import pytest
 
 from testbed.labs.definition import LabError, LabScenario, lab_dirs, load_lab
 from testbed.labs.grading import judge_summary, load_student
 from testbed.labs.report import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED
-from tests.conftest import tb
+from tests.conftest import ROOT, tb
 
 DIRS = lab_dirs()
 
@@ -105,24 +107,41 @@ def test_require_lines_and_endpoint_counters(tmp_path) -> None:
     assert results[3].name == "x [mrc] endpoint.ev_readmitted"
 
 
+def _lab_check(capsys, monkeypatch, *args: str) -> subprocess.CompletedProcess:
+    """`testbed lab check ARGS` through the command line's own `main` (parser, command, exit
+    code), in this process: the lab's checks still run in their own pytest process, but no
+    second interpreter imports the whole CLI again (half of each of these tests' time).
+    `python -m testbed.cli lab ...` itself is run by the tests above that use `tb`."""
+    from testbed.cli.app import main
+
+    monkeypatch.chdir(ROOT)  # where `tb` runs it
+    environ = dict(os.environ)
+    capsys.readouterr()
+    try:
+        code = main(["lab", "check", *args])
+    finally:  # nothing the command set may leak into the next test
+        os.environ.clear()
+        os.environ.update(environ)
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["testbed", "lab", "check", *args], code, out, err)
+
+
 @pytest.mark.parametrize("lab", WITH_CODE, ids=_ids(WITH_CODE))
-def test_solution_passes_its_unit_checks(lab) -> None:
-    proc = tb("lab", "check", str(lab.number), "--solution", "--unit-only", check=False)
+def test_solution_passes_its_unit_checks(lab, capsys, monkeypatch) -> None:
+    proc = _lab_check(capsys, monkeypatch, str(lab.number), "--solution", "--unit-only")
     assert proc.returncode == EXIT_PASSED, proc.stdout + proc.stderr
     assert "FAIL" not in proc.stdout and "PASSED" in proc.stdout
 
 
 @pytest.mark.parametrize("lab", WITH_CODE, ids=_ids(WITH_CODE))
-def test_untouched_skeleton_fails_its_unit_checks_with_a_hint(lab) -> None:
-    proc = tb("lab", "check", str(lab.number), "--unit-only", check=False)
+def test_untouched_skeleton_fails_its_unit_checks_with_a_hint(lab, capsys, monkeypatch) -> None:
+    proc = _lab_check(capsys, monkeypatch, str(lab.number), "--unit-only")
     assert proc.returncode == EXIT_FAILED, proc.stdout + proc.stderr
     assert "FAIL " in proc.stdout and "hint:" in proc.stdout
     assert "read the failing assertion" not in proc.stdout, "a failing check has no lab hint"
 
 
 def test_not_root_runs_the_unit_part_and_says_the_rest_was_skipped(monkeypatch) -> None:
-    import os
-
     from testbed.labs.grading import check_lab
     from testbed.labs.report import format_report
 
