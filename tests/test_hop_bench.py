@@ -8,6 +8,7 @@ itself is the bench's business (`testbed bench hop`), not a test's.
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -17,8 +18,15 @@ from testbed.bench import hop_bench
 T = 150e-6  # virtual: ~2000 frames over the bench's own 4x4x4 fabric
 
 
+@functools.cache
+def _fabric_row() -> hop_bench.HopRun:
+    """run_hops(0.13, T), which three tests read (a run on the fake clock: the same frames,
+    hops and wake-ups every time), run once per process."""
+    return hop_bench.run_hops(0.13, T)
+
+
 def test_every_offered_frame_reaches_a_host_across_three_switches() -> None:
-    run = hop_bench.run_hops(0.13, T)
+    run = _fabric_row()
     assert run.offered > 1900  # 16 hosts at 10 Gbps for 150 µs: ~124 frames each
     assert run.conserved, run.to_dict()
     assert run.hops == 3 * run.offered  # leaf, spine, leaf: no frame stayed on its leaf
@@ -28,7 +36,7 @@ def test_every_offered_frame_reaches_a_host_across_three_switches() -> None:
 
 
 def test_the_batched_row_wakes_five_times_less_often() -> None:
-    fabric = hop_bench.run_hops(0.13, T)
+    fabric = _fabric_row()
     batched = hop_bench.run_hops(0.13 / hop_bench.BATCH_FACTOR, T)
     assert batched.conserved
     assert batched.offered == fabric.offered  # the same traffic, only the wake-ups differ
@@ -37,7 +45,7 @@ def test_the_batched_row_wakes_five_times_less_often() -> None:
 
 
 def test_half_load_queues_less() -> None:
-    full = hop_bench.run_hops(0.13, T)
+    full = _fabric_row()
     half = hop_bench.run_hops(0.13, T, load=0.5)
     assert half.conserved
     assert half.offered < 0.6 * full.offered
