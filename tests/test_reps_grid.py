@@ -199,3 +199,23 @@ def test_bad_cell_filters_are_refused_before_anything_runs(capsys) -> None:
         run_reps_grid(rows=["ecmp"])
     assert main(["bench", "fidelity", "--rows", "reps"]) == 2
     assert "--rows: only bench reps-grid" in capsys.readouterr().err
+
+
+def test_the_authors_simulator_is_read_by_the_papers_names(tmp_path: Path) -> None:
+    from testbed.bench.reps_grid import _with_htsim, diff_pct, htsim_cell
+
+    (tmp_path / "ls_8to1__incast8__fail_one_cable__spraying.json").write_text(
+        json.dumps({"median_us": 100.0, "p99_us": 200.0, "max_us": 210.0, "flows_completed": 8,
+                    "flows_total": 8, "nacks": 4, "out_of_order": {"ooo_ratio_mean": 0.5}})
+    )  # fmt: skip
+    ref = htsim_cell("8to1", "incast", "link-failed", "oblivious", root=tmp_path)
+    assert ref["p99_us"] == 200.0 and ref["ooo_ratio"] == 0.5
+    assert htsim_cell("8to1", "incast", "link-failed", "wrr", root=tmp_path) is None  # no wrr
+    assert htsim_cell("1to1", "incast", "link-failed", "oblivious", root=tmp_path) is None
+    assert diff_pct(230.0, 200.0) == 15.0 and diff_pct(None, 200.0) is None
+    cell = _cell("link-failed", "reps", 80.0)
+    cell["htsim"] = {**ref, "flows_completed": 8, "flows_total": 8}
+    cell["htsim_diff_pct"] = {"median_us": diff_pct(50.0, 100.0), "p99_us": diff_pct(80.0, 200.0)}
+    table = format_reps_grid_table({"results_dir": "x", "cells": [cell], "claims": []})
+    assert "htsim reps" in table and "differs by more than 15 %: median -50 %, p99 -60 %" in table
+    assert _with_htsim(_cell("none", "wrr", 50.0))["htsim"] is None

@@ -49,6 +49,16 @@ from testbed.bench.reps_grid_scenarios import (
 from testbed.experiment.api import load
 from testbed.experiment.runner import Progress, run_scenario
 
+HTSIM_RESULTS = Path(__file__).resolve().parents[2] / "tools" / "reps_htsim" / "results"
+"""The authors' simulator's figures for the same grid (tools/reps_htsim, checked in)."""
+HTSIM_NAMES = {
+    "fabric": {"1to1": "ls_1to1", "8to1": "ls_8to1"},
+    "traffic": {"permutation": "perm", "incast": "incast8"},
+    "row": {"reps": "reps", "oblivious": "spraying", "single-path": "ecmp"},
+}
+"""Grid names -> the file names of tools/reps_htsim/results: `oblivious` is the paper's
+`spraying`, and a one-path row is compared with its ECMP (one hashed path per flow)."""
+DIFF_PCT = 15.0  # where the docs must say why testbed and simulator differ (issue 35)
 AVOID_CLAIM_US = 100.0
 AVOID_CLAIM_MODES = ("link-failed", "link-failed-100us")
 
@@ -130,7 +140,7 @@ def run_reps_grid(
         for tr in trs:
             for mode in mds:
                 for row in rws:
-                    cells.append(_cell(fabric, tr, mode, row, out, time_dilation))
+                    cells.append(_with_htsim(_cell(fabric, tr, mode, row, out, time_dilation)))
     return {
         "bench": "reps-grid",
         "cells": cells,
@@ -170,6 +180,48 @@ def _cell(fabric: str, traffic: str, mode: str, row: str, out: Path, dilation) -
         file=sys.stderr,
         flush=True,
     )
+    return cell
+
+
+def htsim_cell(fabric: str, traffic: str, mode: str, row: str, root: Path = HTSIM_RESULTS):
+    """The authors' simulator's figures for one cell, with the testbed's differences in %;
+    None where it has no such run."""
+    try:
+        name = "__".join(
+            (
+                HTSIM_NAMES["fabric"][fabric],
+                HTSIM_NAMES["traffic"][traffic],
+                "none" if mode == "none" else HTSIM_MODE[mode],
+                HTSIM_NAMES["row"][row],
+            )
+        )
+        d = json.loads((root / f"{name}.json").read_text(encoding="utf-8"))
+    except (KeyError, OSError, ValueError):
+        return None
+    return {
+        "file": f"{name}.json",
+        "median_us": d.get("median_us"),
+        "p99_us": d.get("p99_us"),
+        "max_us": d.get("max_us"),
+        "flows_completed": d.get("flows_completed"),
+        "flows_total": d.get("flows_total"),
+        "nacks": d.get("nacks"),
+        "ooo_ratio": (d.get("out_of_order") or {}).get("ooo_ratio_mean"),
+    }
+
+
+def diff_pct(ours: float | None, theirs: float | None) -> float | None:
+    """(ours - theirs) / theirs in %, None where either is missing (an unfinished flow)."""
+    if ours is None or not theirs:
+        return None
+    return round(100.0 * (ours - theirs) / theirs, 1)
+
+
+def _with_htsim(cell: dict) -> dict:
+    ref = htsim_cell(cell["fabric"], cell["traffic"], cell["mode"], cell["row"])
+    cell["htsim"] = ref
+    if ref is not None:
+        cell["htsim_diff_pct"] = {k: diff_pct(cell[k], ref[k]) for k in ("median_us", "p99_us")}
     return cell
 
 
@@ -251,6 +303,7 @@ def format_reps_grid_table(d: dict) -> str:
             f"  {'row':<12} {'median us':>10} {'P99 us':>12} {'max us':>12} {'NACKs':>7} "
             f"{'ooo %':>6} {'ooo max':>7} {'avoid us':>9}  drops; verdict"
         )
+        refs = [c for c in cells if c.get("htsim")]
         for c in cells:
             ooo = "-" if c["ooo_ratio"] is None else f"{100 * c['ooo_ratio']:.1f}"
             avoid = "-" if c["avoided_us"] is None else f"{c['avoided_us']:.0f}"
@@ -265,6 +318,17 @@ def format_reps_grid_table(d: dict) -> str:
                 f"  {c['row']:<12} {_us(c['median_us'], c['unfinished']):>10} "
                 f"{_us(c['p99_us'], c['unfinished']):>12} {_us(c['max_us'], c['unfinished']):>12} "
                 f"{c['nacks']:>7} {ooo:>6} {c['ooo_max_psns']:>7} {avoid:>9}  {drops}; {verdict}"
+            )
+        for c in refs:
+            h, dd = c["htsim"], c["htsim_diff_pct"]
+            gap = [
+                f"{k[:-3]} {v:+.0f} %" for k, v in dd.items() if v is not None and abs(v) > DIFF_PCT
+            ]
+            lines.append(
+                f"  {'  htsim ' + c['row']:<12} {_us(h['median_us'], 0):>10} "
+                f"{_us(h['p99_us'], 0):>12} {_us(h['max_us'], 0):>12} {h['nacks'] or 0:>7}"
+                f"  {h['flows_completed']}/{h['flows_total']} flows"
+                + (f"; differs by more than {DIFF_PCT:g} %: {', '.join(gap)}" if gap else "")
             )
     lines += ["", "claims (valid runs only):"]
     for cl in d["claims"]:
