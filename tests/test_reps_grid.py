@@ -219,3 +219,18 @@ def test_the_authors_simulator_is_read_by_the_papers_names(tmp_path: Path) -> No
     table = format_reps_grid_table({"results_dir": "x", "cells": [cell], "claims": []})
     assert "htsim reps" in table and "differs by more than 15 %: median -50 %, p99 -60 %" in table
     assert _with_htsim(_cell("none", "wrr", 50.0))["htsim"] is None
+
+
+def test_the_markdown_table_marks_invalid_runs_and_large_gaps() -> None:
+    from testbed.bench.reps_grid import format_reps_grid_markdown
+
+    ok = _cell("link-failed", "reps", 80.0, avoided_us=40.0)
+    ok["htsim"] = {"median_us": 50.0, "p99_us": 160.0, "max_us": 170.0, "flows_completed": 32,
+                   "flows_total": 32}  # fmt: skip
+    ok["htsim_diff_pct"] = {"median_us": 0.0, "p99_us": -50.0}
+    bad = _cell("link-failed", "oblivious", 90.0, valid=False)
+    md = format_reps_grid_markdown({"cells": [ok, bad], "claims": check_claims([ok, bad])})
+    rows = [line for line in md.splitlines() if line.startswith("| link-failed")]
+    assert "(**p99 -50 %**)" in rows[0] and "valid, N=500000" in rows[0] and "| 40 |" in rows[0]
+    assert "**INVALID**" in rows[1]
+    assert "- **not measured**: REPS beats oblivious" in md  # the invalid run is no evidence

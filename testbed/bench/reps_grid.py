@@ -334,3 +334,49 @@ def format_reps_grid_table(d: dict) -> str:
     for cl in d["claims"]:
         lines.append(f"  {cl['verdict'].upper():<13} {cl['claim']}")
     return "\n".join(lines)
+
+
+def format_reps_grid_markdown(d: dict) -> str:
+    """The grid as one Markdown table (docs): per mode and load balancer, the testbed's FCTs
+    beside the authors' simulator's, the reordering, the time to avoid, and the verdict."""
+    lines = [
+        "| mode | fabric, traffic | row | median / P99 / max FCT (µs) | htsim median / P99 / max "
+        "| out of order | avoided (µs) | NACKs | drops | run |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in d["cells"]:
+        h = c.get("htsim")
+        ref = (
+            "-"
+            if h is None
+            else " / ".join(_us(h[k], 0) for k in ("median_us", "p99_us", "max_us"))
+            + (
+                f" ({h['flows_completed']}/{h['flows_total']} flows)"
+                if h["flows_completed"] != h["flows_total"]
+                else ""
+            )
+        )
+        ours = " / ".join(_us(c[k], c["unfinished"]) for k in ("median_us", "p99_us", "max_us"))
+        gap = [
+            f"{k[:-3]} {v:+.0f} %"
+            for k, v in (c.get("htsim_diff_pct") or {}).items()
+            if v is not None and abs(v) > DIFF_PCT
+        ]
+        if gap:
+            ref += f" (**{', '.join(gap)}**)"
+        ooo = (
+            "-"
+            if c["ooo_ratio"] is None
+            else f"{100 * c['ooo_ratio']:.0f} %, max {c['ooo_max_psns']}"
+        )
+        r = c["run"]
+        run = f"valid, N={r['time_dilation']:g}" if r["valid"] else "**INVALID**"
+        drops = ", ".join(f"{k} {v}" for k, v in c["drops"].items()) or "0"
+        avoid = "-" if c["avoided_us"] is None else f"{c['avoided_us']:.0f}"
+        lines.append(
+            f"| {c['mode']} | {c['fabric']}, {c['traffic']} | {c['row']} | {ours} | {ref} | {ooo} "
+            f"| {avoid} | {c['nacks']} | {drops} | {run} |"
+        )
+    lines += ["", "Claims, on valid runs only:", ""]
+    lines += [f"- **{cl['verdict']}**: {cl['claim']}" for cl in d["claims"]]
+    return "\n".join(lines)
