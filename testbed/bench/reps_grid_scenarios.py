@@ -8,10 +8,12 @@ mode per run. Here the speed is free (time dilation) and the host count is not: 
 32 hosts (4 spines x 8 leaves x 4 hosts), non-blocking and 8:1 oversubscribed (leaf-spine links
 at 100 Gbps), everything else as in their scripts.
 
-Failures are silent unless the mode says otherwise: a failed link or switch drops what it is
-given (`blackhole`) and nobody is told, as in the paper, where only the endpoints' load balancer
-can steer around it. The failed elements are fixed (named below), so the same element fails in
-every run and in the authors' simulator (tools/reps_htsim).
+Failures are what the authors' simulator makes of them (its sim/failuregenerator.cpp): a failed
+cable (one direction of a link) or switch drops everything, silently -- nobody is told, and only
+the endpoints' load balancers can steer around it; a degraded one drops a share of packets at
+random (10 % at a switch, 33 % on a cable), not a slowed one. The failed elements are the ones
+the simulator picked in its runs (named below), so the same element fails in both
+(tools/reps_htsim).
 """
 
 from __future__ import annotations
@@ -60,14 +62,24 @@ ROWS: dict[str, Any] = {
 """The load balancers: REPS, oblivious spraying (the paper's "spraying"), MRC's weighted
 round-robin, and the one-path floors."""
 
-# The failed elements: one leaf-spine link and one spine, fixed for every run.
-LINK = ["leaf1", "spine1"]
-SWITCH = "spine1"
-SECOND_LINK = ["leaf2", "spine2"]  # a link of another spine, for the combinations
-SECOND_SWITCH = "spine2"
-DEGRADED_FRACTION = 0.25  # a degraded link runs at a quarter of its speed
+# The failed elements: those the authors' simulator failed in its 1:1 permutation runs
+# (tools/reps_htsim/results, `failure_events`: its generator fails the first element a packet
+# meets that keeps every pair of hosts connected), so the same element fails here. A "cable" is
+# one direction of a link, as the simulator's pipes are.
+CABLE = ("leaf1", "spine4")  # fail_one_cable, degrade_one_cable: leaf1 -> spine4
+CABLE_100US = ("spine2", "leaf2")  # fail_one_cable_after_10us_for_100us: spine2 -> leaf2
+SWITCH = "spine4"  # fail_one_switch, degrade_one_switch, one_switch_drops_every_10th_packet
+SWITCH_100US = "spine2"  # fail_one_switch_after_10us_for_100us
+SECOND_SWITCH = "spine2"  # 10 % of the switches: spine4 and spine2 (2 of 12)
+SECOND_CABLE = ("spine1", "leaf1")  # fail_one_switch_one_cable: spine4, and spine1 -> leaf1
+# The simulator's "degraded" is lossy, not slow (sim/failuregenerator.cpp): a degraded switch
+# drops 10 % of the packets it forwards; a degraded cable 33 % (90 % of degraded cables; 9 %
+# drop 66 %, 1 % everything): the common case is used.
+SWITCH_DEGRADED_LOSS_PCT = 10.0
+CABLE_DEGRADED_LOSS_PCT = 33.0
+BER_PCT = 1.0  # "1 % of packets get corrupted", each crossing one spine and one uplink
 AT_S, FOR_S = 10e-6, 100e-6  # "failed for 100 µs from 10 µs"
-FLAP_EVERY_S, FLAP_FOR_S = 100e-6, 50e-6  # "a new link failed every 100 µs for 50 µs"
+FLAP_EVERY_S, FLAP_FOR_S = 100e-6, 50e-6  # "a new cable fails every 100 µs for 50 µs"
 TEN_PERCENT = 0.10
 
 
@@ -79,92 +91,114 @@ def all_links() -> list[list[str]]:
     return [link for s in range(1, SPINES + 1) for link in spine_links(f"spine{s}")]
 
 
-def ten_percent_links(seed: int = SEED) -> list[list[str]]:
-    """10 % of the leaf-spine links (3 of 32), drawn once from the seed."""
-    links = all_links()
-    n = max(1, round(TEN_PERCENT * len(links)))
-    return random.Random(f"reps-grid-10pct:{seed}").sample(links, n)
+def ten_percent_cables(seed: int = SEED) -> list[tuple[str, str]]:
+    """10 % of the leaf-spine cables (6 of the 64 directions), drawn once from the seed."""
+    cables = [(a, b) for a, b in all_links()] + [(b, a) for a, b in all_links()]
+    n = max(1, round(TEN_PERCENT * len(cables)))
+    return random.Random(f"reps-grid-10pct:{seed}").sample(cables, n)
 
 
-def _uplink_mbps(fabric: str) -> float:
-    over = FABRICS[fabric].get("oversubscription")
-    return LINK_MBPS if over is None else LINK_MBPS * HOSTS_PER_LEAF / (SPINES * over)
+def _cable(c: tuple[str, str], action: str, at: float = 0.0, **kw: Any) -> dict:
+    """One direction of a leaf-spine link (`link` names the link, `direction` the cable)."""
+    return {"at": at, "action": action, "link": sorted(c), "direction": list(c), **kw}
 
 
-def _blackhole(links: list[list[str]], at: float = 0.0, until: float | None = None) -> list:
-    ev: list[dict] = [{"at": at, "action": "blackhole", "link": list(x)} for x in links]
+def _dead(cables: list[tuple[str, str]], at: float = 0.0, until: float | None = None) -> list:
+    """Cables that drop everything, silently (nobody is told); healed at `until`."""
+    ev = [_cable(c, "blackhole", at) for c in cables]
     if until is not None:
-        ev += [{"at": until, "action": "heal", "link": list(x)} for x in links]
+        ev += [_cable(c, "heal", until) for c in cables]
     return ev
 
 
-def _degrade(links: list[list[str]], mbps: float) -> list:
-    return [{"at": 0.0, "action": "degrade", "link": list(x), "mbps": mbps} for x in links]
-
-
-def _switch_egress(switch: str, **impair: Any) -> list:
-    """An impairment of everything a switch sends (its egress ports towards the leaves)."""
-    return [
-        {"at": 0.0, "action": "impair", "link": list(x), "direction": [switch, x[0]], **impair}
-        for x in spine_links(switch)
-    ]
+def egress(switch: str) -> list[tuple[str, str]]:
+    """Everything a spine forwards leaves on these cables: a switch failure or impairment acts
+    on its egress (a dead switch forwards nothing; what reaches it is lost there)."""
+    return [(switch, leaf) for leaf, _ in spine_links(switch)]
 
 
 def _flaps(seed: int = SEED) -> list:
-    """A new leaf-spine link blackholed every 100 µs for 50 µs, through the run, in a seeded
-    order that uses every link before repeating one."""
-    links = all_links()
-    random.Random(f"reps-grid-flaps:{seed}").shuffle(links)
+    """A new cable dead every 100 µs for 50 µs, through the run, in a seeded order that uses
+    every cable before repeating one; the first is the simulator's, leaf1 -> spine4."""
+    cables = [(a, b) for a, b in all_links()] + [(b, a) for a, b in all_links()]
+    cables.remove(CABLE)
+    random.Random(f"reps-grid-flaps:{seed}").shuffle(cables)
+    cables.insert(0, CABLE)
     ev: list[dict] = []
     k, t = 0, AT_S
     while t < DURATION_S:
-        link = links[k % len(links)]
-        ev += _blackhole([link], at=round(t, 9), until=round(t + FLAP_FOR_S, 9))
+        ev += _dead([cables[k % len(cables)]], at=round(t, 9), until=round(t + FLAP_FOR_S, 9))
         k, t = k + 1, t + FLAP_EVERY_S
     return ev
 
 
+def _switch_flaps() -> list:
+    """A new spine dead every 100 µs for 50 µs, spine4 first."""
+    order = [SWITCH, *(f"spine{k}" for k in range(1, SPINES + 1) if f"spine{k}" != SWITCH)]
+    ev: list[dict] = []
+    k, t = 0, AT_S
+    while t < DURATION_S:
+        sw = order[k % len(order)]
+        ev += _dead(egress(sw), at=round(t, 9), until=round(t + FLAP_FOR_S, 9))
+        k, t = k + 1, t + FLAP_EVERY_S
+    return ev
+
+
+def _lossy(cables: list[tuple[str, str]], pct: float) -> list:
+    return [_cable(c, "loss", percent=pct) for c in cables]
+
+
+def _impaired(cables: list[tuple[str, str]], **impair: Any) -> list:
+    return [_cable(c, "impair", **impair) for c in cables]
+
+
+def uplinks() -> list[tuple[str, str]]:
+    return [(leaf, spine) for leaf, spine in all_links()]
+
+
+def spine_egress() -> list[tuple[str, str]]:
+    return [c for s in range(1, SPINES + 1) for c in egress(f"spine{s}")]
+
+
+MODE_EVENTS: dict[str, Any] = {
+    "none": lambda: [],
+    "link-failed": lambda: _dead([CABLE]),
+    "link-failed-100us": lambda: _dead([CABLE_100US], AT_S, AT_S + FOR_S),
+    "switch-failed": lambda: _dead(egress(SWITCH)),
+    "switch-failed-100us": lambda: _dead(egress(SWITCH_100US), AT_S, AT_S + FOR_S),
+    "link-drops-every-10th": lambda: _impaired([CABLE], drop_every=10),
+    "switch-drops-every-10th": lambda: _impaired(egress(SWITCH), drop_every=10),
+    "link-degraded": lambda: _lossy([CABLE], CABLE_DEGRADED_LOSS_PCT),
+    "switch-degraded": lambda: _lossy(egress(SWITCH), SWITCH_DEGRADED_LOSS_PCT),
+    # 1 % of packets corrupted: every cross-leaf packet crosses one uplink and one spine.
+    "link-ber-1pct": lambda: _impaired(uplinks(), corrupt_percent=BER_PCT),
+    "switch-ber-1pct": lambda: _impaired(spine_egress(), corrupt_percent=BER_PCT),
+    "10pct-switches-failed": lambda: _dead([*egress(SWITCH), *egress(SECOND_SWITCH)]),
+    "10pct-links-failed": lambda: _dead(ten_percent_cables()),
+    "10pct-switches-degraded": lambda: _lossy(
+        [*egress(SWITCH), *egress(SECOND_SWITCH)], SWITCH_DEGRADED_LOSS_PCT
+    ),
+    "10pct-links-degraded": lambda: _lossy(ten_percent_cables(), CABLE_DEGRADED_LOSS_PCT),
+    "switch-flaps": _switch_flaps,
+    "link-flaps": _flaps,
+    "switch-and-link-failed-100us": lambda: _dead(
+        [*egress(SWITCH_100US), CABLE_100US], AT_S, AT_S + FOR_S
+    ),
+    "switch-and-link-failed": lambda: _dead([*egress(SWITCH), SECOND_CABLE]),
+}
+
+
 def mode_events(mode: str, fabric: str) -> list[dict]:
-    """The scenario events of failure mode `mode` on `fabric` (the uplink rate sets what
-    "degraded" means)."""
-    slow = _uplink_mbps(fabric) * DEGRADED_FRACTION
-    spine = spine_links(SWITCH)
-    events = {
-        "none": lambda: [],
-        "link-failed": lambda: _blackhole([LINK]),
-        "link-failed-100us": lambda: _blackhole([LINK], AT_S, AT_S + FOR_S),
-        "switch-failed": lambda: _blackhole(spine),
-        "switch-failed-100us": lambda: _blackhole(spine, AT_S, AT_S + FOR_S),
-        "link-drops-every-10th": lambda: [
-            {"at": 0.0, "action": "impair", "link": list(LINK), "drop_every": 10}
-        ],
-        "switch-drops-every-10th": lambda: _switch_egress(SWITCH, drop_every=10),
-        "link-degraded": lambda: _degrade([LINK], slow),
-        "switch-degraded": lambda: _degrade(spine, slow),
-        "link-ber-1pct": lambda: [
-            {"at": 0.0, "action": "impair", "link": list(LINK), "corrupt_percent": 1.0}
-        ],
-        "switch-ber-1pct": lambda: _switch_egress(SWITCH, corrupt_percent=1.0),
-        "10pct-links-failed": lambda: _blackhole(ten_percent_links()),
-        "10pct-links-degraded": lambda: _degrade(ten_percent_links(), slow),
-        "link-flaps": _flaps,
-        "switch-and-link-failed": lambda: _blackhole([*spine, SECOND_LINK]),
-        "failed-and-degraded": lambda: [
-            *_blackhole([*spine, SECOND_LINK]),
-            *_degrade([*spine_links(SECOND_SWITCH), ["leaf3", "spine3"]], slow),
-        ],
-    }
-    if mode not in events:
+    """The scenario events of failure mode `mode` (the same on both fabrics: the failures are
+    losses, not rates)."""
+    if mode not in MODE_EVENTS:
         raise ValueError(f"mode: one of {', '.join(MODES)}, got {mode!r}")
-    return events[mode]()
+    if fabric not in FABRICS:
+        raise ValueError(f"fabric: one of {', '.join(FABRICS)}, got {fabric!r}")
+    return MODE_EVENTS[mode]()
 
 
-MODES = (
-    "none", "link-failed", "link-failed-100us", "switch-failed", "switch-failed-100us",
-    "link-drops-every-10th", "switch-drops-every-10th", "link-degraded", "switch-degraded",
-    "link-ber-1pct", "switch-ber-1pct", "10pct-links-failed", "10pct-links-degraded",
-    "link-flaps", "switch-and-link-failed", "failed-and-degraded",
-)  # fmt: skip
+MODES = tuple(MODE_EVENTS)
 """The paper's failure modes (its failures_input files), in its order, with "none" first."""
 
 HTSIM_MODE = {
@@ -178,11 +212,14 @@ HTSIM_MODE = {
     "switch-degraded": "degrade_one_switch",
     "link-ber-1pct": "ber_cable_one_percent",
     "switch-ber-1pct": "ber_switch_one_percent",
+    "10pct-switches-failed": "10_percent_failed_switches",
     "10pct-links-failed": "10_percent_failed_cables",
+    "10pct-switches-degraded": "10_percent_degraded_switches",
     "10pct-links-degraded": "10_percent_degraded_cables",
+    "switch-flaps": "fail_new_switch_every_100us_for_50us",
     "link-flaps": "fail_new_cable_every_100us_for_50us",
+    "switch-and-link-failed-100us": "fail_one_switch_and_cable_after_10us_for_100us",
     "switch-and-link-failed": "fail_one_switch_one_cable",
-    "failed-and-degraded": "fail_one_switch_and_cable_degrade_one_switch_and_cable",
 }
 """Each mode's failures_input file in the authors' scripts."""
 
