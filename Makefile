@@ -29,10 +29,11 @@ test: setup
 
 # Lint and the pure tests (no root, no namespaces) on both cores: under two minutes. It leaves
 # out the `build` tests (a wheel built and installed, the ASan/UBSan builds of the C code, a
-# build without a compiler): `make test` runs them in its first pass.
+# build without a compiler): `make test` runs them in its first pass. worksteal: a worker that
+# runs dry takes tests queued on the other, so neither waits alone at the end.
 check: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/lint-imports
-	$(PY) -m pytest -m "not netns and not build" -n 2 -q
+	$(PY) -m pytest -m "not netns and not build" -n 2 --dist worksteal -q
 
 demo: setup
 	bash scripts/demo.sh
