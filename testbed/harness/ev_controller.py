@@ -51,7 +51,7 @@ from contracts.clock import Clock
 from contracts.defaults import plane_bits
 from contracts.ports import ROCEV2_UDP_PORT
 from endpoint.control import ControlError, Coordinator
-from testbed.fabric.paths import predict_path
+from testbed.fabric.paths import FabricPaths
 from testbed.harness.records import Failure
 from topologies import Fabric
 
@@ -72,10 +72,27 @@ def plane_of(ev: int, planes: int) -> int:
     return ev % planes + 1 if planes > 1 else 1
 
 
+_PATHS: dict[tuple[int, int], tuple[Fabric, FabricPaths]] = {}
+_PATHS_KEPT = 8
+
+
+def _fabric_paths(fab: Fabric, seed: int) -> FabricPaths:
+    """The switches' tables of `fab` at `seed`, built once: a controller or a report asks for
+    thousands of EVs' paths on the same fabric, and rebuilding every switch's FIB per question
+    was most of their time. Keyed by identity (a Fabric is not hashable), a few kept."""
+    key = (id(fab), seed)
+    hit = _PATHS.get(key)
+    if hit is None or hit[0] is not fab:
+        if len(_PATHS) >= _PATHS_KEPT:
+            _PATHS.pop(next(iter(_PATHS)))
+        hit = _PATHS[key] = (fab, FabricPaths(fab, seed))
+    return hit[1]
+
+
 def path_links(fab: Fabric, src: str, dst: str, ev: int, seed: int) -> list[Link]:
     """The links between switches that `src`'s packets on EV `ev` to `dst` cross."""
-    nodes = predict_path(
-        fab, src, dst, ev, ROCEV2_UDP_PORT, plane=plane_of(ev, fab.params.planes), seed=seed
+    nodes = _fabric_paths(fab, seed).path(
+        src, dst, ev, ROCEV2_UDP_PORT, plane=plane_of(ev, fab.params.planes)
     )
     switches = [n for n in nodes if fab.nodes[n].kind != "host"]
     return [tuple(sorted(pair)) for pair in zip(switches, switches[1:], strict=False)]  # type: ignore[misc]
@@ -246,7 +263,7 @@ def _uplink_value(fab: Fabric, host: str, dst: str, spine: str, plane: int, seed
     pb = plane_bits(fab.params.planes)
     for k in range(fab.params.spines):
         ev = 49152 | (k << pb) | (plane - 1)
-        nodes = predict_path(fab, host, dst, ev, ROCEV2_UDP_PORT, plane=plane, seed=seed)
+        nodes = _fabric_paths(fab, seed).path(host, dst, ev, ROCEV2_UDP_PORT, plane=plane)
         if spine in nodes:
             return (k << pb) | (plane - 1)
     raise CannotDeny(f"no EV of {host} reaches {dst} via {spine}")
