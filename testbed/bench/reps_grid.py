@@ -300,7 +300,7 @@ def format_reps_grid_table(d: dict) -> str:
     for (mode, fabric, traffic), cells in by_mode.items():
         lines += ["", f"{mode} ({fabric}, {traffic})"]
         lines.append(
-            f"  {'row':<12} {'median us':>10} {'P99 us':>12} {'max us':>12} {'NACKs':>7} "
+            f"  {'row':<16} {'median us':>10} {'P99 us':>12} {'max us':>12} {'NACKs':>7} "
             f"{'ooo %':>6} {'ooo max':>7} {'avoid us':>9}  drops; verdict"
         )
         refs = [c for c in cells if c.get("htsim")]
@@ -315,7 +315,7 @@ def format_reps_grid_table(d: dict) -> str:
                 else f"INVALID ({'; '.join(r['invalid_reasons'])[:60]})"
             )
             lines.append(
-                f"  {c['row']:<12} {_us(c['median_us'], c['unfinished']):>10} "
+                f"  {c['row']:<16} {_us(c['median_us'], c['unfinished']):>10} "
                 f"{_us(c['p99_us'], c['unfinished']):>12} {_us(c['max_us'], c['unfinished']):>12} "
                 f"{c['nacks']:>7} {ooo:>6} {c['ooo_max_psns']:>7} {avoid:>9}  {drops}; {verdict}"
             )
@@ -325,7 +325,7 @@ def format_reps_grid_table(d: dict) -> str:
                 f"{k[:-3]} {v:+.0f} %" for k, v in dd.items() if v is not None and abs(v) > DIFF_PCT
             ]
             lines.append(
-                f"  {'  htsim ' + c['row']:<12} {_us(h['median_us'], 0):>10} "
+                f"  {'htsim ' + c['row']:<16} {_us(h['median_us'], 0):>10} "
                 f"{_us(h['p99_us'], 0):>12} {_us(h['max_us'], 0):>12} {h['nacks'] or 0:>7}"
                 f"  {h['flows_completed']}/{h['flows_total']} flows"
                 + (f"; differs by more than {DIFF_PCT:g} %: {', '.join(gap)}" if gap else "")
