@@ -244,3 +244,21 @@ def test_the_markdown_table_marks_invalid_runs_and_large_gaps() -> None:
     assert "(**p99 -50 %**)" in rows[0] and "valid, N=500000" in rows[0] and "| 40 |" in rows[0]
     assert "**INVALID**" in rows[1]
     assert "- **not measured**: REPS beats oblivious" in md  # the invalid run is no evidence
+
+
+def test_a_cell_run_under_another_definition_is_not_read_back_as_this_one(tmp_path: Path) -> None:
+    from testbed.bench.reps_grid import read_cell
+
+    raw = _write_run(tmp_path)
+    sc = g.scenario("1to1", "permutation", "link-failed-100us", "reps")
+    ran = load(sc).model_dump(mode="json", exclude_none=True)
+    entry = {"flows": [{"fct_ms": 0.06}], "lost_bytes": 0, "emulation": {"valid": True}}
+    summary = {"transports": {"reps": entry}, "provenance": {"scenario": ran}}
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    tagged = {**sc, "_cell": ("1to1", "permutation", "link-failed-100us")}
+    assert read_cell(tmp_path, tagged, "reps")["median_us"] == 60.0
+    assert raw.is_dir()
+    ran["events"] = []  # as if the mode had been defined otherwise when it ran
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(BenchError, match="a different `events` than the grid defines now"):
+        read_cell(tmp_path, tagged, "reps")

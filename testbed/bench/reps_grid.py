@@ -92,6 +92,15 @@ def read_cell(run_dir: Path, sc_dict: dict, row: str, wall_s: float | None = Non
         rec["wall_s"] = None  # read back: this sitting did not time it
     fabric, traffic, mode = sc_dict["_cell"]
     sc = load({k: v for k, v in sc_dict.items() if k != "_cell"})
+    ran = (summary.get("provenance") or {}).get("scenario") or {}
+    now = sc.model_dump(mode="json", exclude_none=True)
+    keys = ("topology", "transport", "workload", "events", "seed")
+    if ran and any(ran.get(k) != now.get(k) for k in keys):
+        changed = next(k for k in keys if ran.get(k) != now.get(k))
+        raise BenchError(
+            f"{run_dir}: this cell ran with a different `{changed}` than the grid defines now: "
+            "remove its folder (or use another --out) to run it again"
+        )
     return {
         "fabric": fabric,
         "traffic": traffic,
