@@ -133,14 +133,18 @@ def test_a_wheel_installed_outside_the_checkout_lists_scenarios_and_labs(tmp_pat
     site-packages through a .pth file, after its own, so the wheel's copy is what runs.
     """
     src = tmp_path / "src"  # build from a copy: the build leaves build/ and *.egg-info behind
-    shutil.copytree(
-        ROOT,
-        src,
-        ignore=shutil.ignore_patterns(
-            ".git", ".venv", "build", "dist", "*.egg-info", "results", "__pycache__", ".*_cache",
-            ".hypothesis", ".vagrant",
-        ),
+    junk = shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis",
+        ".vagrant",
     )  # fmt: skip
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        # Runs' results folders (./results, labs/*/results) are not source; testbed/results is.
+        here = Path(folder)
+        runs = here == ROOT or here.parent == ROOT / "labs"
+        return set(junk(folder, names)) | ({"results"} & set(names) if runs else set())
+
+    shutil.copytree(ROOT, src, ignore=ignore)
     dist = tmp_path / "dist"
     build = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--retries", "0", "--timeout", "20",

@@ -15,8 +15,7 @@ from typing import Any
 
 from testbed.harness.endpoint_driver import reply_pairs
 from testbed.harness.ev_controller import round_trip_links
-from testbed.harness.records import Failure
-from testbed.results.frames import endpoint_records
+from testbed.harness.records import Failure, endpoint_records
 from testbed.scenario.schema import Scenario
 
 

@@ -2,13 +2,18 @@
 
 The endpoint harness (from the endpoints' metrics files) and the kernel baselines (from iperf3
 and the hosts' counters) both reduce a run to these, so the analysis (testbed.analysis.metrics)
-has one input whatever carried the bytes.
+has one input whatever carried the bytes. The raw endpoint records of a finished run are read
+here too (`endpoint_records`): the results frames and the benches read them, and reading them
+must not cost an import of pandas.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 
 def path_name(node: str) -> str:
@@ -92,3 +97,38 @@ class TransportRun:
     # A trace workload's ranks' records (trace_iter, trace_node), times from the workload's start.
     trace_iters: Sequence[dict] = ()
     trace_nodes: Sequence[dict] = ()
+
+
+def jsonl_records(path: Path) -> Iterator[dict[str, Any]]:
+    """The records of one endpoint's metrics file; a line cut short by a kill is skipped."""
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                yield record
+
+
+def endpoint_records(raw: Path) -> tuple[dict[str, list[dict[str, Any]]], float | None]:
+    """Every endpoint's records by host, and the workload's t0 (the earliest `go`)."""
+    files = sorted((raw / "endpoints").glob("*.jsonl"))
+    records = {f.stem: list(jsonl_records(f)) for f in files}
+    gos = [
+        r["t"]
+        for recs in records.values()
+        for r in recs
+        if r.get("type") == "job" and r.get("event") == "go"
+    ]
+    return records, min(gos) if gos else _go_from_status(raw)
+
+
+def _go_from_status(raw: Path) -> float | None:
+    """The workload's t0 from job_status.json (the earliest host's go), if the records lack it."""
+    try:
+        status = json.loads((raw / "job_status.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    gos = [s["go_at"] for s in status.values() if isinstance(s, dict) and s.get("go_at")]
+    return min(gos) if gos else None

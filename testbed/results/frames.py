@@ -25,6 +25,7 @@ from typing import Any
 
 import pandas as pd
 
+from testbed.harness.records import endpoint_records
 from testbed.results.tree import Leaf, ResultsError
 
 
@@ -85,36 +86,11 @@ def flows(leaf: Leaf) -> pd.DataFrame | None:
     return pd.DataFrame(rows) if rows else None
 
 
-def _jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    """The records of one endpoint's metrics file; a line cut short by a kill is skipped."""
-    with path.open(encoding="utf-8") as fh:
-        for line in fh:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                yield record
-
-
 def _transport_dirs(leaf: Leaf) -> Iterator[tuple[str, Path]]:
     for transport in leaf.summary["transports"]:
         raw = leaf.path / "raw" / transport
         if raw.is_dir():
             yield transport, raw
-
-
-def endpoint_records(raw: Path) -> tuple[dict[str, list[dict[str, Any]]], float | None]:
-    """Every endpoint's records by host, and the workload's t0 (the earliest `go`)."""
-    files = sorted((raw / "endpoints").glob("*.jsonl"))
-    records = {f.stem: list(_jsonl(f)) for f in files}
-    gos = [
-        r["t"]
-        for recs in records.values()
-        for r in recs
-        if r.get("type") == "job" and r.get("event") == "go"
-    ]
-    return records, min(gos) if gos else _go_from_status(raw)
 
 
 def ev_events(leaf: Leaf) -> pd.DataFrame | None:
@@ -169,16 +145,6 @@ def collectives(leaf: Leaf) -> pd.DataFrame | None:
                     }
                 )
     return pd.DataFrame(rows) if rows else None
-
-
-def _go_from_status(raw: Path) -> float | None:
-    """The workload's t0 from job_status.json (the earliest host's go), if the records lack it."""
-    try:
-        status = json.loads((raw / "job_status.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    gos = [s["go_at"] for s in status.values() if isinstance(s, dict) and s.get("go_at")]
-    return min(gos) if gos else None
 
 
 def _counts(prefix: str, values: dict[str, Any]) -> Iterator[tuple[str, int]]:
