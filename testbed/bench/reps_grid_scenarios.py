@@ -35,8 +35,11 @@ LINKS = {
     "link_mbps": LINK_MBPS,
     "delay_us": 1,  # the paper's 1 µs per hop (htsim -hop_latency 1000 ns)
     "mtu": 4096,  # the paper's 4 KiB MTU
-    # htsim -q 294 (kB of a composite queue) at 800 Gbps: 2.9 µs of queue per port.
-    "queue_kb": 294,
+    # The simulator's queues: its command line says `-q 294`, but its main then sets every
+    # queue to the BDP of a 6-hop round trip, 1,224,000 B ("Using BDP of 1224000 - Queue is
+    # 1224000" in each run's output). The grid of 2026-12-06 19:44-20:34 ran at 294 kB, before
+    # this was seen (docs/measurements/2026-12-06-reps-grid.md).
+    "queue_kb": 1224,
 }
 EVS = 256  # htsim -number_entropies 256
 SEED = 1
