@@ -178,15 +178,15 @@ class Receiver:
             self._reasm[msg_id] = r
             self._reserved += msg_len
         reorder = self.cfg.ack_reorder
+        hi = self._bits.bit_length() - 1  # the furthest PSN already here, from rcv_nxt (-1: none)
         # A packet that fills the hole at rcv_nxt while packets `reorder` or more PSNs beyond it
         # are already here: reordering past the threshold, which the sender may have taken
         # for a loss (with the threshold at 1, any packet beyond it).
-        fills_gap = d == 0 and self._bits.bit_length() - 1 >= reorder
+        fills_gap = d == 0 and hi >= reorder
         if self._pending is not None and (d >= reorder or ce != self._ce_state):
             # The run pending is answered first, on its own, before this packet changes what
             # an ACK says: its ACK acknowledges exactly the run.
             self.flush_ack(out, now)
-        hi = self._bits.bit_length() - 1  # the furthest PSN already here (-1: none)
         if d < hi:
             # Arrived behind a later PSN: out of order, by `hi - d` PSNs (the REPS paper's
             # out-of-order ratio and distance).

@@ -75,19 +75,26 @@ def test_a_message_handed_to_the_job_twice_is_a_duplicate_not_a_second_message()
     assert st["bad_messages"] == 0
 
 
+def _tap(ep: Endpoint) -> list[bytes]:
+    """Every datagram `ep` receives from now on, in order (it still handles each)."""
+    seen: list[bytes] = []
+    orig = ep.on_datagram
+
+    def tap(raw: bytes, tos: int, now: float) -> None:
+        seen.append(raw)
+        orig(raw, tos, now)
+
+    ep.on_datagram = tap  # type: ignore[method-assign]
+    return seen
+
+
 def test_the_receiver_never_hands_up_a_replayed_message():
     """The same packets fed to the receiver twice (a replay after completion): one delivery,
     and the replay is counted, not delivered."""
     net = SimNet(seed=1)
     h = PairHarness(net, TransportConfig(), qp_a=0x11, qp_b=0x22)
-    captured: list[bytes] = []
     orig = h.b.on_datagram
-
-    def tap(raw: bytes, tos: int, now: float) -> None:
-        captured.append(raw)
-        orig(raw, tos, now)
-
-    h.b.on_datagram = tap  # type: ignore[method-assign]
+    captured = _tap(h.b)
     h.send_ab(b"m" * 4000)
     assert h.run(2.0)
     assert list(h.received_ab.values()) == [[b"m" * 4000]]
@@ -205,14 +212,7 @@ def test_the_receiver_counts_out_of_order_arrivals_and_their_distance():
     REPS paper's out-of-order ratio and distance); in-order ones are not. The data packets of
     one run are replayed, reordered, into a fresh receiver."""
     h = PairHarness(SimNet(seed=1), TransportConfig(), qp_a=0x11, qp_b=0x22)
-    seen: list[bytes] = []
-    orig = h.b.on_datagram
-
-    def tap(raw: bytes, tos: int, now: float) -> None:
-        seen.append(raw)
-        orig(raw, tos, now)
-
-    h.b.on_datagram = tap  # type: ignore[method-assign]
+    seen = _tap(h.b)
     h.send_ab(b"m" * 20_000)
     assert h.run(2.0)
     data = [raw for raw in seen if isinstance(codec.decode(raw), codec.DataPacket)]

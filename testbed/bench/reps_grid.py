@@ -81,8 +81,10 @@ def cell_name(fabric: str, traffic: str, mode: str, row: str) -> str:
     return f"{fabric}-{traffic}-{mode}-{row}"
 
 
-def read_cell(run_dir: Path, sc_dict: dict, row: str, wall_s: float | None = None) -> dict:
-    """One cell's figures from its run folder."""
+def read_cell(
+    run_dir: Path, fabric: str, traffic: str, mode: str, row: str, wall_s: float | None = None
+) -> dict:
+    """One cell's figures from its run folder (refused if it ran under another definition)."""
     key = row_key(row)
     summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
     entry = summary["transports"][key]
@@ -90,8 +92,7 @@ def read_cell(run_dir: Path, sc_dict: dict, row: str, wall_s: float | None = Non
     rec = run_record(entry, wall_s if wall_s is not None else 0.0, run_dir)
     if wall_s is None:
         rec["wall_s"] = None  # read back: this sitting did not time it
-    fabric, traffic, mode = sc_dict["_cell"]
-    sc = load({k: v for k, v in sc_dict.items() if k != "_cell"})
+    sc = load(scenario(fabric, traffic, mode, row))
     ran = (summary.get("provenance") or {}).get("scenario") or {}
     now = sc.model_dump(mode="json", exclude_none=True)
     keys = ("topology", "transport", "workload", "events", "seed")
@@ -118,8 +119,8 @@ def read_cell(run_dir: Path, sc_dict: dict, row: str, wall_s: float | None = Non
             ev_failures(raw),
             sc,
             key,
-            failed_links(mode, fabric),
-            failure_window(mode, fabric),
+            failed_links(mode),
+            failure_window(mode),
         ),
         "run": rec,
     }
@@ -168,20 +169,18 @@ def run_reps_grid(
 
 
 def _cell(fabric: str, traffic: str, mode: str, row: str, out: Path, dilation) -> dict:
-    sc = scenario(fabric, traffic, mode, row)
     run_dir = out / cell_name(fabric, traffic, mode, row)
-    tagged = {**sc, "_cell": (fabric, traffic, mode)}
     if (run_dir / "summary.json").is_file():
-        return read_cell(run_dir, tagged, row)
+        return read_cell(run_dir, fabric, traffic, mode, row)
     t0 = time.monotonic()
     run_scenario(
-        load(sc),
+        load(scenario(fabric, traffic, mode, row)),
         [row_key(row)],
         run_dir,
         progress=Progress(stream=sys.stderr, live=False),
         time_dilation=dilation,
     )
-    cell = read_cell(run_dir, tagged, row, time.monotonic() - t0)
+    cell = read_cell(run_dir, fabric, traffic, mode, row, time.monotonic() - t0)
     r = cell["run"]
     print(
         f"  {run_dir.name}: {'valid' if r['valid'] else 'INVALID'} at N={r['time_dilation']:g}, "

@@ -94,9 +94,18 @@ def all_links() -> list[list[str]]:
     return [link for s in range(1, SPINES + 1) for link in spine_links(f"spine{s}")]
 
 
+def uplinks() -> list[tuple[str, str]]:
+    return [(leaf, spine) for leaf, spine in all_links()]
+
+
+def all_cables() -> list[tuple[str, str]]:
+    """Both directions of every leaf-spine link: the simulator's pipes."""
+    return uplinks() + [(spine, leaf) for leaf, spine in uplinks()]
+
+
 def ten_percent_cables(seed: int = SEED) -> list[tuple[str, str]]:
     """10 % of the leaf-spine cables (6 of the 64 directions), drawn once from the seed."""
-    cables = [(a, b) for a, b in all_links()] + [(b, a) for a, b in all_links()]
+    cables = all_cables()
     n = max(1, round(TEN_PERCENT * len(cables)))
     return random.Random(f"reps-grid-10pct:{seed}").sample(cables, n)
 
@@ -120,31 +129,29 @@ def egress(switch: str) -> list[tuple[str, str]]:
     return [(switch, leaf) for leaf, _ in spine_links(switch)]
 
 
-def _flaps(seed: int = SEED) -> list:
-    """A new cable dead every 100 µs for 50 µs, through the run, in a seeded order that uses
-    every cable before repeating one; the first is the simulator's, leaf1 -> spine4."""
-    cables = [(a, b) for a, b in all_links()] + [(b, a) for a, b in all_links()]
-    cables.remove(CABLE)
-    random.Random(f"reps-grid-flaps:{seed}").shuffle(cables)
-    cables.insert(0, CABLE)
+def _rolling(groups: list[list[tuple[str, str]]]) -> list:
+    """A new group of cables dead every 100 µs for 50 µs through the run, in `groups`' order
+    (round and round)."""
     ev: list[dict] = []
     k, t = 0, AT_S
     while t < DURATION_S:
-        ev += _dead([cables[k % len(cables)]], at=round(t, 9), until=round(t + FLAP_FOR_S, 9))
+        ev += _dead(groups[k % len(groups)], at=round(t, 9), until=round(t + FLAP_FOR_S, 9))
         k, t = k + 1, t + FLAP_EVERY_S
     return ev
+
+
+def _flaps(seed: int = SEED) -> list:
+    """A new cable at a time, in a seeded order that uses every cable before repeating one;
+    the first is the simulator's, leaf1 -> spine4."""
+    cables = [c for c in all_cables() if c != CABLE]
+    random.Random(f"reps-grid-flaps:{seed}").shuffle(cables)
+    return _rolling([[c] for c in (CABLE, *cables)])
 
 
 def _switch_flaps() -> list:
-    """A new spine dead every 100 µs for 50 µs, spine4 first."""
-    order = [SWITCH, *(f"spine{k}" for k in range(1, SPINES + 1) if f"spine{k}" != SWITCH)]
-    ev: list[dict] = []
-    k, t = 0, AT_S
-    while t < DURATION_S:
-        sw = order[k % len(order)]
-        ev += _dead(egress(sw), at=round(t, 9), until=round(t + FLAP_FOR_S, 9))
-        k, t = k + 1, t + FLAP_EVERY_S
-    return ev
+    """A new spine at a time, spine4 (the simulator's) first."""
+    others = [f"spine{k}" for k in range(1, SPINES + 1) if f"spine{k}" != SWITCH]
+    return _rolling([egress(sw) for sw in (SWITCH, *others)])
 
 
 def _lossy(cables: list[tuple[str, str]], pct: float) -> list:
@@ -153,10 +160,6 @@ def _lossy(cables: list[tuple[str, str]], pct: float) -> list:
 
 def _impaired(cables: list[tuple[str, str]], **impair: Any) -> list:
     return [_cable(c, "impair", **impair) for c in cables]
-
-
-def uplinks() -> list[tuple[str, str]]:
-    return [(leaf, spine) for leaf, spine in all_links()]
 
 
 def spine_egress() -> list[tuple[str, str]]:
@@ -191,13 +194,11 @@ MODE_EVENTS: dict[str, Any] = {
 }
 
 
-def mode_events(mode: str, fabric: str) -> list[dict]:
-    """The scenario events of failure mode `mode` (the same on both fabrics: the failures are
+def mode_events(mode: str) -> list[dict]:
+    """The scenario events of failure mode `mode`, the same on both fabrics (the failures are
     losses, not rates)."""
     if mode not in MODE_EVENTS:
         raise ValueError(f"mode: one of {', '.join(MODES)}, got {mode!r}")
-    if fabric not in FABRICS:
-        raise ValueError(f"fabric: one of {', '.join(FABRICS)}, got {fabric!r}")
     return MODE_EVENTS[mode]()
 
 
@@ -236,18 +237,18 @@ QUICK = {
 machine, which proves the grid's path end to end; the claims need the full grid."""
 
 
-def failed_links(mode: str, fabric: str) -> list[tuple[str, str]]:
+def failed_links(mode: str) -> list[tuple[str, str]]:
     """The leaf-spine links a mode damages (sorted pairs), for the time-to-avoid measure."""
     out = set()
-    for e in mode_events(mode, fabric):
+    for e in mode_events(mode):
         if e["action"] != "heal":
             out.add(tuple(sorted(e["link"])))
     return sorted(out)  # type: ignore[arg-type]
 
 
-def failure_window(mode: str, fabric: str) -> tuple[float, float | None] | None:
+def failure_window(mode: str) -> tuple[float, float | None] | None:
     """(start, end or None for good) of a mode's first failure; None without one."""
-    ev = mode_events(mode, fabric)
+    ev = mode_events(mode)
     starts = [e["at"] for e in ev if e["action"] != "heal"]
     if not starts:
         return None
@@ -284,7 +285,7 @@ def scenario(fabric: str, traffic: str, mode: str, row: str, seed: int = SEED) -
         "topology": {**LINKS, **FABRICS[fabric]},
         "transport": [ROWS[row]],
         "workload": workload,
-        "events": mode_events(mode, fabric),
+        "events": mode_events(mode),
         "duration_s": DURATION_S,
         "seed": seed,
         "emulation": dict(EMULATION),

@@ -79,10 +79,11 @@ _PATHS_KEPT = 8
 def _fabric_paths(fab: Fabric, seed: int) -> FabricPaths:
     """The switches' tables of `fab` at `seed`, built once: a controller or a report asks for
     thousands of EVs' paths on the same fabric, and rebuilding every switch's FIB per question
-    was most of their time. Keyed by identity (a Fabric is not hashable), a few kept."""
+    was most of their time. Keyed by identity (a Fabric is not hashable), a few kept; each
+    entry holds its fabric, so an id in the table cannot be reused by another one."""
     key = (id(fab), seed)
     hit = _PATHS.get(key)
-    if hit is None or hit[0] is not fab:
+    if hit is None:
         if len(_PATHS) >= _PATHS_KEPT:
             _PATHS.pop(next(iter(_PATHS)))
         hit = _PATHS[key] = (fab, FabricPaths(fab, seed))
