@@ -74,6 +74,7 @@ MRC_TIMEOUT_UNIT_S = 1.024e-6  # MRC (mrc_qp_attr.timeout): local ACK timeout = 
 MRC_TIMEOUT_MAX = 24  # 17.18 s
 MRC_RETRY_LINEAR_MAX = 7
 MRC_RETRY_INFINITE = 25  # retry.exp_cnt 25: retry for ever
+MAX_QPS = 16  # QPs per peer: a QP number keeps 4 bits for it (endpoint.workloads.qp_number)
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,10 @@ class TransportConfig:
     reps_buffer: int = 8  # REPS: recycled EVs kept (its circular buffer)
     reps_explore: int = 16  # REPS: random EVs sent after a freeze ends, before recycling again
     single_path_ev_index: int = 0  # which of the EVs single-path mode uses
+    # QPs per peer (endpoint.workloads.Job): every message is cut into this many slices, one
+    # per QP, as NCCL spreads a connection's data over NCCL_IB_QPS_PER_CONNECTION QPs. Each QP
+    # draws its own EV base (its own source port: another ECMP path for roce/single-path).
+    qps: int = 1
     # Bytes of message per packet: a full packet fills the MTU (contracts.framing.mrc_payload:
     # 1420 B in 1514 B frames at 1500); the endpoint process sets it from its NICs' MTU.
     max_payload: int = mrc_payload(DEFAULT_MTU)
@@ -241,6 +246,12 @@ class TransportConfig:
                 f"retry_exp_cnt must be 0..{MRC_RETRY_INFINITE} ({MRC_RETRY_INFINITE}: for ever), "
                 f"got {self.retry_exp_cnt}"
             )
+        if (
+            isinstance(self.qps, bool)
+            or not isinstance(self.qps, int)
+            or not 1 <= self.qps <= MAX_QPS
+        ):
+            raise ValueError(f"qps must be 1..{MAX_QPS}, got {self.qps!r}")
         if self.lb not in LB_POLICIES:
             raise ValueError(f"lb: one of {', '.join(LB_POLICIES)}, got {self.lb!r}")
         if not 1 <= self.reps_buffer <= 256:

@@ -37,14 +37,19 @@ class PeerLedger:
         self.posted_messages += 1
         self.posted_bytes += nbytes
 
+    def count_duplicate(self, nbytes: int) -> None:
+        """A duplicate the job caught below the message (a slice of a message striped over
+        several QPs, seen twice on its QP: endpoint.workloads.Job)."""
+        self.duplicates += 1
+        self.duplicate_bytes += nbytes
+
     def deliver(self, msg_id: int, nbytes: int) -> bool:
         """Count one delivery; False (and counted as a duplicate) if `msg_id` was delivered
         before."""
         msg_id &= _U32
         behind = ((msg_id - self._below) & _U32) >= _HALF
         if behind or msg_id in self._above:
-            self.duplicates += 1
-            self.duplicate_bytes += nbytes
+            self.count_duplicate(nbytes)
             return False
         self._above.add(msg_id)
         while self._below in self._above:
@@ -85,6 +90,9 @@ class Ledger:
 
     def deliver(self, peer: str, msg_id: int, nbytes: int) -> bool:
         return self._of(peer).deliver(msg_id, nbytes)
+
+    def duplicate(self, peer: str, nbytes: int) -> None:
+        self._of(peer).count_duplicate(nbytes)
 
     @property
     def duplicates(self) -> int:

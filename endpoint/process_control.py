@@ -326,9 +326,10 @@ class ControlHandlers:
         )  # fmt: skip
         try:  # the deny rules in force hold for the job's connections too, or it does not start
             for mask, value, peers in self.deny_rules:
-                self._deny_on(self._conns_to(peers, job.conns.values()), (mask, value), now)
+                conns = [conn for _, conn in job.connections()]
+                self._deny_on(self._conns_to(peers, conns), (mask, value), now)
         except ValueError:
-            for conn in job.conns.values():
+            for _, conn in job.connections():
                 self.ep.connections.pop(conn.local_qp, None)
             raise
         self.jobs[job_id] = job
@@ -345,10 +346,12 @@ class ControlHandlers:
                 "evs": tcfg.num_evs,
                 "ev_base": tcfg.ev_base,
                 "ev_seed": tcfg.ev_seed,
-                # Each connection's first EV (its UDP source port in single-path mode).
-                "ev_bases": {peer: conn.cfg.ev_base for peer, conn in job.conns.items()},
+                # Each connection's first EV (its UDP source port in single-path mode); a
+                # peer's further QPs (transport.qps) as peer#lane.
+                "ev_bases": {name: conn.cfg.ev_base for name, conn in job.connections()},
                 "planes": tcfg.planes,
-                "peers": list(job.conns),
+                "qps": tcfg.qps,
+                "peers": list(job.peer_qps),
             }
         )
         if req.get("go"):
@@ -357,7 +360,7 @@ class ControlHandlers:
             if job.done:
                 self._job_done(job, now)
         self.metrics.flush()
-        return {"ok": True, "job": job_id, "peers": list(job.conns), "t": now}
+        return {"ok": True, "job": job_id, "peers": list(job.peer_qps), "t": now}
 
     def _emit(self, record: dict) -> None:
         self.metrics.write(record)
@@ -367,9 +370,9 @@ class ControlHandlers:
         out = {}
         for job in jobs:
             conns = {}
-            for peer, conn in job.conns.items():
+            for name, conn in job.connections():
                 snap = conn.snapshot()
                 snap["ev_states"] = dict(snap["ev_states"])
-                conns[peer] = snap
+                conns[name] = snap
             out[str(job.job_id)] = {"status": job.status(), "connections": conns}
         return {"ok": True, "host": self.host, "process": self.process_stats(now), "jobs": out}

@@ -114,7 +114,8 @@ class Recording:
         self.metrics.write({"type": "evtx", "t": start, "dt": dt, "bytes": by})
 
     def _write_counters(self, job: Job, now: float, only_changed: bool = False) -> None:
-        for peer, conn in job.conns.items():
+        for _, conn in job.connections():
+            peer = job.peer_of_qp[conn.local_qp]
             c = conn.stats.counters
             sig = c["data_tx"] + c["data_rx"] + c["ack_rx"] + c["nack_rx"] + c["probe_tx"]
             sig += c["ack_tx"] + c["trimmed_rx"]

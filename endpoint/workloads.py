@@ -51,6 +51,7 @@ from endpoint.workload_roles import AllreduceRole, FlowRole, IdleRole, Role
 
 MAX_JOB = 4095  # QP = job << 12 | host index: both 12 bits
 MAX_HOSTS = 4095
+MAX_HOSTS_MULTI_QP = 255  # with several QPs per peer the index keeps 8 bits (qp_number)
 
 
 class WorkloadError(ValueError):
@@ -76,20 +77,44 @@ def flows_of(spec: object, hosts: list[str], path: str = "workload") -> list[Flo
     return _flows_of(workload, hosts)
 
 
-def qp_number(job: int, host_index: int) -> int:
-    return (job << 12) | host_index
+def qp_number(job: int, host_index: int, lane: int = 0) -> int:
+    """The QP towards host `host_index` (1-based) in `job`: ``job << 12 | index``. A job with
+    several QPs per peer numbers its further QPs ``job << 12 | lane << 8 | index`` (lanes 1..15),
+    so it may have at most MAX_HOSTS_MULTI_QP hosts: lane 0 is the same QP either way."""
+    return (job << 12) | (lane << 8) | host_index
 
 
-def initial_psn(job: int, src: str, dst: str) -> int:
-    """The first PSN of src's sends to dst in a job: both ends compute it, nothing exchanged."""
-    return zlib.crc32(f"{job}:{src}>{dst}".encode()) & 0xFFFFFF
+def initial_psn(job: int, src: str, dst: str, lane: int = 0) -> int:
+    """The first PSN of src's sends to dst in a job (on its QP `lane`): both ends compute it,
+    nothing exchanged."""
+    key = f"{job}:{src}>{dst}" if lane == 0 else f"{job}:{src}>{dst}:{lane}"
+    return zlib.crc32(key.encode()) & 0xFFFFFF
+
+
+def stripe(data: bytes, parts: int) -> list[bytes]:
+    """`data` cut into `parts` consecutive slices as even as possible (the first ones take the
+    remainder; a message shorter than `parts` leaves some slices empty)."""
+    n = len(data)
+    cuts = [i * n // parts for i in range(parts + 1)]
+    return [data[cuts[i] : cuts[i + 1]] for i in range(parts)]
 
 
 class Job:
-    """One workload run on one host: its connections (one QP pair per peer) and its role.
+    """One workload run on one host: its connections (``cfg.qps`` QP pairs per peer, one by
+    default) and its role.
 
     QP numbers need no exchange: on host A the QP towards B is ``job << 12 | index(B)`` and
     B's QP towards A is ``job << 12 | index(A)``, indices being positions in ``hosts`` (1-based).
+
+    **Several QPs per peer** (``cfg.qps`` > 1) is how RDMA collectives spread one peer's data
+    over several paths without spraying: each QP has its own source port, hence its own ECMP
+    hash (Meta's "QP scaling", SIGCOMM 2024; NCCL_IB_QPS_PER_CONNECTION with
+    NCCL_IB_SPLIT_DATA_ON_QPS). Every message the role posts is cut into ``qps`` slices, slice i
+    on the peer's QP i, so the QPs' message ids advance in lock step: message m of the job is
+    message m on every QP. The receiver joins a message when all its slices arrived (any
+    order), the sender reports it acknowledged when all its slices were: the role sees one
+    message either way. Striping, not whole messages round-robin, because an all-reduce phase is
+    one message here: round-robin would leave it on one path.
     """
 
     def __init__(
@@ -108,6 +133,11 @@ class Job:
             raise WorkloadError(f"job: must be an integer 1..{MAX_JOB}")
         if len(hosts) > MAX_HOSTS:
             raise WorkloadError(f"hosts: at most {MAX_HOSTS}")
+        if cfg.qps > 1 and len(hosts) > MAX_HOSTS_MULTI_QP:
+            raise WorkloadError(
+                f"transport.qps: {cfg.qps} QPs per peer need at most {MAX_HOSTS_MULTI_QP} hosts, "
+                f"the job has {len(hosts)}"
+            )
         if host not in hosts:
             raise WorkloadError(f"host {host!r} is not in the config's hosts")
         self.job_id = job_id
@@ -164,30 +194,39 @@ class Job:
                 self, flows, host, workload.message_bytes, workload.window_messages
             )
         self.index = hosts.index(host) + 1
-        self.conns: dict[str, Connection] = {}
+        self.lanes = cfg.qps
+        # peer -> its QPs in lane order (one unless cfg.qps > 1); QP -> (peer, lane).
+        self.peer_qps: dict[str, list[Connection]] = {}
         self.peer_of_qp: dict[int, str] = {}
-        for peer in self.role.peers:
-            pi = hosts.index(peer) + 1
-            local_qp = qp_number(job_id, pi)
-            if local_qp in endpoint.connections:
-                raise WorkloadError(f"job {job_id}: already prepared on this host")
-        for peer in self.role.peers:
-            pi = hosts.index(peer) + 1
-            local_qp = qp_number(job_id, pi)
-            remote_qp = qp_number(job_id, self.index)
+        self.lane_of_qp: dict[int, int] = {}
+        wanted = [
+            (peer, lane, qp_number(job_id, hosts.index(peer) + 1, lane))
+            for peer in self.role.peers
+            for lane in range(self.lanes)
+        ]
+        if any(qp in endpoint.connections for _, _, qp in wanted):
+            raise WorkloadError(f"job {job_id}: already prepared on this host")
+        for peer, lane, local_qp in wanted:
+            remote_qp = qp_number(job_id, self.index, lane)
             # With cfg.ev_seed each direction draws its own EV base, as each QP of a RoCE
             # connection picks its own source port; both ends compute both (nothing exchanged).
             conn = endpoint.connect(
                 local_qp,
                 remote_qp,
                 peer,
-                send_psn=initial_psn(job_id, host, peer),
-                recv_psn=initial_psn(job_id, peer, host),
+                send_psn=initial_psn(job_id, host, peer, lane),
+                recv_psn=initial_psn(job_id, peer, host, lane),
                 cfg=cfg.for_connection(host, peer, local_qp),
                 peer_ev_base=cfg.for_connection(peer, host, remote_qp).ev_base,
             )
-            self.conns[peer] = conn
+            self.peer_qps.setdefault(peer, []).append(conn)
             self.peer_of_qp[local_qp] = peer
+            self.lane_of_qp[local_qp] = lane
+        # Striped messages (lanes > 1): slices received so far, slices not yet acknowledged,
+        # and each QP's own ledger of slices, which catches a slice handed up twice.
+        self._slices: dict[tuple[str, int], list[bytes | None]] = {}
+        self._unacked_slices: dict[tuple[str, int], int] = {}
+        self._lane_ledger = Ledger()
         self.prepared_at = now
         self.go_at: float | None = None
         self.done_at: float | None = None
@@ -198,10 +237,28 @@ class Job:
     # the role's view of the job
 
     def send(self, peer: str, data: bytes, now: float) -> int:
-        msg_id = self.conns[peer].send(data, now)
+        qps = self.peer_qps[peer]
+        if self.lanes == 1:
+            msg_id = qps[0].send(data, now)
+        else:
+            parts = stripe(data, self.lanes)
+            ids = {conn.send(part, now) for conn, part in zip(qps, parts, strict=True)}
+            if len(ids) != 1:  # every QP of a peer posts every message: ids in lock step
+                raise RuntimeError(f"job {self.job_id}: QPs to {peer} out of step: ids {ids}")
+            msg_id = ids.pop()
+            self._unacked_slices[(peer, msg_id)] = self.lanes
         self._posted[(peer, msg_id)] = (now, len(data))
         self.ledger.post(peer, len(data))
         return msg_id
+
+    def connections(self) -> list[tuple[str, Connection]]:
+        """Every QP of the job, named: the peer for its first QP, ``peer#lane`` for the others
+        (the names of `stats` and of the prepared record's EV bases)."""
+        return [
+            (peer if lane == 0 else f"{peer}#{lane}", conn)
+            for peer, qps in self.peer_qps.items()
+            for lane, conn in enumerate(qps)
+        ]
 
     # driven by the process (or a test)
 
@@ -232,50 +289,73 @@ class Job:
         peer = self.peer_of_qp.get(d.qp)
         if peer is None:
             return
-        if not self.ledger.deliver(peer, d.msg_id, len(d.data)):
+        data = d.data if self.lanes == 1 else self._join_slice(peer, d)
+        if data is None:
+            return  # a slice of a message whose other slices are still on their way
+        if not self.ledger.deliver(peer, d.msg_id, len(data)):
             return  # handed up before: counted as a duplicate, not given to the role again
         self.messages_rx += 1
-        self.bytes_rx += len(d.data)
-        if not self.msg_records:
-            self.role.on_message(peer, d.data, d.at)
-            self._maybe_done(d.at)
-            return
-        self.emit(
-            {
-                "type": "msg",
-                "t": d.at,
-                "job": self.job_id,
-                "peer": peer,
-                "side": "rx",
-                "msg_id": d.msg_id,
-                "bytes": len(d.data),
-            }
-        )
-        self.role.on_message(peer, d.data, d.at)
+        self.bytes_rx += len(data)
+        if self.msg_records:
+            self.emit(
+                {
+                    "type": "msg",
+                    "t": d.at,
+                    "job": self.job_id,
+                    "peer": peer,
+                    "side": "rx",
+                    "msg_id": d.msg_id,
+                    "bytes": len(data),
+                }
+            )
+        self.role.on_message(peer, data, d.at)
         self._maybe_done(d.at)
+
+    def _join_slice(self, peer: str, d: Delivery) -> bytes | None:
+        """Keep slice `d` of a striped message; the whole message once its last slice is in."""
+        lane = self.lane_of_qp[d.qp]
+        if not self._lane_ledger.deliver(f"{peer}#{lane}", d.msg_id, len(d.data)):
+            self.ledger.duplicate(peer, len(d.data))  # this QP handed this slice up before
+            return None
+        key = (peer, d.msg_id)
+        slots = self._slices.get(key)
+        if slots is None:
+            slots = self._slices[key] = [None] * self.lanes
+        slots[lane] = d.data
+        if any(part is None for part in slots):
+            return None
+        del self._slices[key]
+        return b"".join(slots)  # type: ignore[arg-type]
 
     def on_completion(self, c: MessageCompletion) -> None:
         peer = self.peer_of_qp.get(c.qp)
         if peer is None:
             return
-        self._posted.pop((peer, c.msg_id), None)
-        if not self.msg_records:
-            self.role.on_acked(peer, c.msg_id, c.finished)
-            self._maybe_done(c.finished)
-            return
-        self.emit(
-            {
-                "type": "msg",
-                "t": c.finished,
-                "job": self.job_id,
-                "peer": peer,
-                "side": "tx",
-                "msg_id": c.msg_id,
-                "bytes": c.nbytes,
-                "posted": c.started,
-                "acked": c.finished,
-            }
-        )
+        key = (peer, c.msg_id)
+        if self.lanes > 1:
+            left = self._unacked_slices.get(key)
+            if left is None:
+                return
+            if left > 1:
+                self._unacked_slices[key] = left - 1
+                return
+            del self._unacked_slices[key]
+        posted = self._posted.pop(key, None)
+        started, nbytes = posted if posted is not None else (c.started, c.nbytes)
+        if self.msg_records:
+            self.emit(
+                {
+                    "type": "msg",
+                    "t": c.finished,
+                    "job": self.job_id,
+                    "peer": peer,
+                    "side": "tx",
+                    "msg_id": c.msg_id,
+                    "bytes": nbytes,
+                    "posted": started,
+                    "acked": c.finished,
+                }
+            )
         self.role.on_acked(peer, c.msg_id, c.finished)
         self._maybe_done(c.finished)
 
@@ -291,7 +371,8 @@ class Job:
         return {
             "job": self.job_id,
             "kind": self.kind,
-            "peers": list(self.conns),
+            "peers": list(self.peer_qps),
+            "qps_per_peer": self.lanes,
             "prepared_at": self.prepared_at,
             "go_at": self.go_at,
             "done_at": self.done_at,
@@ -308,6 +389,6 @@ class Job:
             # failed (never delivered: endpoint.receiver).
             "ledger": self.ledger.as_dict(),
             "duplicates": self.ledger.duplicates,
-            "crc_failures": sum(c.stats.drops["message_crc"] for c in self.conns.values()),
+            "crc_failures": sum(c.stats.drops["message_crc"] for _, c in self.connections()),
             **self.role.summary(),
         }

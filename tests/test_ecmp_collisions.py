@@ -103,7 +103,7 @@ def test_the_analysis_uses_the_source_port_the_endpoints_use(ecmp_hash: str) -> 
     ports = set()
     for host in fab.hosts():
         job = Job(JOB, spec, host, fab.hosts(), Endpoint(tcfg), tcfg)
-        for peer, conn in job.conns.items():
+        for peer, conn in job.connections():
             sport = conn.cfg.ev_values()[conn.cfg.single_path_ev_index]
             assert sport == single_path_sport(fab, sc.seed, host, peer), (host, peer)
             ports.add(sport)

@@ -240,7 +240,7 @@ def test_job_numbers_and_qps():
         Job(0, {"kind": "alltoall", "bytes": 1}, "h1", HOSTS4, ep, TransportConfig())
     job = Job(7, {"kind": "alltoall", "bytes": 1}, "h2", HOSTS4, ep, TransportConfig())
     assert sorted(job.peer_of_qp) == [(7 << 12) | i for i in (1, 3, 4)]
-    assert job.conns["h1"].remote_qp == (7 << 12) | 2
+    assert job.peer_qps["h1"][0].remote_qp == (7 << 12) | 2
     with pytest.raises(WorkloadError, match="already prepared"):
         Job(7, {"kind": "alltoall", "bytes": 1}, "h2", HOSTS4, ep, TransportConfig())
 

@@ -75,13 +75,14 @@ def balls_into_bins(n: int, m: int) -> Bins:
     )
 
 
-def single_path_sport(fab: Fabric, seed: int, src: str, dst: str) -> int:
-    """The UDP source port of the `single-path` connection src -> dst in a run of `seed`, chosen
-    as the endpoints choose it (testbed.harness.endpoint_driver.job_request): drawn per
-    connection under `mixed`, the fixed first EV under `crc`."""
+def single_path_sport(fab: Fabric, seed: int, src: str, dst: str, lane: int = 0) -> int:
+    """The UDP source port of the `single-path` connection src -> dst in a run of `seed` (of its
+    QP `lane` when a peer has several: `transport.qps`), chosen as the endpoints choose it
+    (testbed.harness.endpoint_driver.job_request): drawn per connection under `mixed`, the
+    fixed first EV under `crc`."""
     ev_seed = seed if fab.params.ecmp_hash == "mixed" else None
     cfg = TransportConfig(mode=Mode.SINGLE_PATH, ev_seed=ev_seed)
-    conn = cfg.for_connection(src, dst, qp_number(JOB, fab.hosts().index(dst) + 1))
+    conn = cfg.for_connection(src, dst, qp_number(JOB, fab.hosts().index(dst) + 1, lane))
     return conn.ev_values()[conn.single_path_ev_index]
 
 
@@ -116,16 +117,23 @@ def max_min_utilisation(fab: Fabric, paths: Iterable[Sequence[str]]) -> float:
     """Throughput of flows pinned to `paths` under max-min fairness (a fluid model: every flow
     as fast as its most shared link allows), as a fraction of every flow at its NIC's rate.
 
+    An upper bound for a transport on those paths -- htsim's packet-level one-path figure is
+    lower, since queues and congestion control waste some of it.
+    """
+    rates, nic = _max_min_rates(fab, list(paths))
+    return sum(rates) / sum(nic) if rates else 1.0
+
+
+def _max_min_rates(fab: Fabric, paths: Sequence[Sequence[str]]) -> tuple[list[float], list[float]]:
+    """Max-min fair rates of flows pinned to `paths`, and each flow's NIC rate (Mbps).
+
     Progressive filling: all unfrozen flows speed up together until a link is full; its flows
-    freeze. An upper bound for a transport on those paths -- htsim's packet-level one-path
-    figure is lower, since queues and congestion control waste some of it.
+    freeze.
     """
     cap: dict[tuple[str, str], float] = {}
     for link in fab.links:
         cap[(link.a, link.b)] = cap[(link.b, link.a)] = link.mbps or 1.0
     flows = [list(zip(p[:-1], p[1:], strict=True)) for p in paths]
-    if not flows:
-        return 1.0
     rate = [0.0] * len(flows)
     active = set(range(len(flows)))
     left = dict(cap)
@@ -141,8 +149,29 @@ def max_min_utilisation(fab: Fabric, paths: Iterable[Sequence[str]]) -> float:
             left[link] -= step * n
         full = {link for link in users if left[link] <= 1e-9 * cap[link]}
         active = {f for f in active if not full.intersection(flows[f])}
-    nic = [cap[f[0]] for f in flows]
-    return sum(rate) / sum(nic)
+    return rate, [cap[f[0]] for f in flows]
+
+
+def striped_step_slowdown(
+    fab: Fabric, pairs: Sequence[tuple[str, str]], seed: int, qps: int = 1
+) -> float:
+    """How many times longer than at line rate a synchronous step of `pairs` takes when each
+    pair's data is striped over `qps` single-path QPs (`transport.qps`), in the fluid model:
+    every QP at its max-min rate on the path its source port hashes to, a QP's slice (1/qps of
+    the data) done at that rate, the step as slow as its slowest slice (a ring all-reduce phase
+    waits for every hop). 1.0: no collision anywhere. It ignores that a flow speeds up when
+    others finish, so it is the collisions' first-order cost, not a packet-level prediction.
+    """
+    if qps < 1:
+        raise ValueError(f"qps: at least 1, got {qps}")
+    walker = FabricPaths(fab, seed)
+    paths = [
+        walker.path(s, d, single_path_sport(fab, seed, s, d, lane), ROCEV2_UDP_PORT)
+        for s, d in pairs
+        for lane in range(qps)
+    ]
+    rates, nic = _max_min_rates(fab, paths)
+    return max((n / qps) / r for r, n in zip(rates, nic, strict=True))
 
 
 def _pmf(values: Sequence[int], n: int) -> tuple[float, ...]:

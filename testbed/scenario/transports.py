@@ -79,6 +79,9 @@ class TransportSpec(StrictModel):
     ack_timeout: int | None = Field(default=None, ge=0, le=24)
     retry_linear_cnt: int | None = Field(default=None, ge=0, le=7)
     retry_exp_cnt: int | None = Field(default=None, ge=0, le=25)
+    # QPs per peer (endpoint.workloads.Job): each message striped over this many QPs, each with
+    # its own source port, as RDMA collectives spread a connection (NCCL_IB_QPS_PER_CONNECTION).
+    qps: int | None = Field(default=None, ge=1, le=16)
     cc: CcSpec | None = None
 
     @model_validator(mode="after")
@@ -114,7 +117,7 @@ class TransportSpec(StrictModel):
             out["lb"] = self.lb
         if self.ev_weight_on_ecn is not None:
             out["ev_weight_on_ecn"] = self.ev_weight_on_ecn
-        for key in ("rc_timeout", "rc_retry_cnt", *MRC_QP_KEYS):
+        for key in ("rc_timeout", "rc_retry_cnt", "qps", *MRC_QP_KEYS):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         if self.cc is not None:
