@@ -62,7 +62,12 @@ BALANCERS = ("reps", "spraying")
 def run(cmd, cwd, env, timeout):
     t0 = time.monotonic()
     proc = subprocess.run(
-        ["nice", "-n", "19", *cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+        ["nice", "-n", "19", *cmd],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     return proc.stdout, proc.returncode, time.monotonic() - t0
 
@@ -87,7 +92,9 @@ def main(argv=None) -> int:
     rows = []
     for mode in MODES:
         for bal in BALANCERS:
-            base = json.loads((HERE / "results" / f"{FABRIC}__{TRAFFIC}__{mode}__{bal}.json").read_text())
+            base = json.loads(
+                (HERE / "results" / f"{FABRIC}__{TRAFFIC}__{mode}__{bal}.json").read_text()
+            )
             row = {"mode": mode, "balancer": bal, "baseline": base}
             for label, mult in variants:
                 env = dict(os.environ, HTSIM_FAILURE_SEED=str(grid.SEED))
@@ -104,13 +111,19 @@ def main(argv=None) -> int:
                 (out / "raw" / f"{name}.out").write_text(stdout)
                 parsed = glue.parse_stdout(stdout)
                 fcts = [f["fct_us"] for f in parsed["flows"]]
-                rto = sorted({int(x) for x in re.findall(r"RTO_CHECK base_rtt_ps \d+ rto_ps (\d+)", stdout)})
+                rto = sorted(
+                    {int(x) for x in re.findall(r"RTO_CHECK base_rtt_ps \d+ rto_ps (\d+)", stdout)}
+                )
                 r = {
                     "variant": label,
                     "rto_base_rtt_mult": mult,
                     "rto_ps_printed": rto,
                     "command": " ".join(cmd),
-                    "env": {k: env[k] for k in ("HTSIM_FAILURE_SEED", "HTSIM_RTO_BASE_RTT_MULT") if k in env},
+                    "env": {
+                        k: env[k]
+                        for k in ("HTSIM_FAILURE_SEED", "HTSIM_RTO_BASE_RTT_MULT")
+                        if k in env
+                    },
                     "returncode": rc,
                     "wall_s": round(wall, 2),
                     "flows_completed": len(fcts),
@@ -145,7 +158,9 @@ def main(argv=None) -> int:
     for row in rows:
         cells = [cell(row["baseline"])] + [cell(row[label]) for label in labels]
         print(
-            f"| {row['mode']} ({TESTBED_NAME[row['mode']]}) | {row['balancer']} | " + " | ".join(cells) + " |"
+            f"| {row['mode']} ({TESTBED_NAME[row['mode']]}) | {row['balancer']} | "
+            + " | ".join(cells)
+            + " |"
         )
     return 0
 
