@@ -93,6 +93,20 @@ def unique_name(prefix: str = "t") -> str:
     return f"{prefix}{uuid.uuid4().hex[:6]}"
 
 
+def keep_deliveries(job) -> list:
+    """Every Delivery handed to `job` from now on, in order (the job still gets each): a test
+    can hand one back again to check the exactly-once accounting."""
+    kept: list = []
+    orig = job.on_delivery
+
+    def keep(d) -> None:
+        kept.append(d)
+        orig(d)
+
+    job.on_delivery = keep
+    return kept
+
+
 def drive_jobs(net, eps: dict, jobs: dict, until: float = 5.0) -> bool:
     """Run endpoint jobs on a SimNet until every job is done (True) or `until` (False).
 

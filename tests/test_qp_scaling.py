@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from endpoint.config import Mode, TransportConfig
-from endpoint.receiver import Delivery
 from endpoint.simnet import SimNet
 from endpoint.transport import Endpoint
 from endpoint.workloads import (
@@ -20,7 +19,7 @@ from endpoint.workloads import (
 )
 from testbed.harness.endpoint_driver import job_request
 from testbed.scenario import ScenarioError, validate
-from tests.conftest import drive_jobs
+from tests.conftest import drive_jobs, keep_deliveries
 
 
 @pytest.mark.parametrize("n", [0, 1, 3, 4, 5, 4096, 1_000_003])
@@ -93,14 +92,7 @@ def test_a_slice_handed_up_twice_is_a_duplicate_and_the_message_is_not_joined_ag
     cfg = TransportConfig(qps=2)
     spec = {"kind": "bulk", "src": "h1", "dst": "h2", "bytes": 100_000, "message_bytes": 50_000}
     net, eps, jobs = _jobs(cfg, spec, ["h1", "h2"])
-    kept: list[Delivery] = []
-    orig = jobs["h2"].on_delivery
-
-    def keep(d: Delivery) -> None:
-        kept.append(d)
-        orig(d)
-
-    jobs["h2"].on_delivery = keep  # type: ignore[method-assign]
+    kept = keep_deliveries(jobs["h2"])
     for j in jobs.values():
         j.go(net.now)
     assert drive_jobs(net, eps, jobs, 5.0)

@@ -6,14 +6,13 @@ from __future__ import annotations
 from endpoint import codec
 from endpoint.config import TransportConfig
 from endpoint.ledger import Ledger, PeerLedger
-from endpoint.receiver import Delivery
 from endpoint.simnet import Bottleneck, PairHarness, SimNet
 from endpoint.stats import COMPLETIONS_KEPT
 from endpoint.transport import Endpoint
 from endpoint.wire import TOS_DATA
 from endpoint.workload_roles import RECORDS_KEPT
 from endpoint.workloads import Job
-from tests.conftest import drive_jobs
+from tests.conftest import drive_jobs, keep_deliveries
 
 HOSTS4 = ["h1", "h2", "h3", "h4"]
 
@@ -52,14 +51,7 @@ def test_a_message_handed_to_the_job_twice_is_a_duplicate_not_a_second_message()
     eps = {h: net.add_endpoint(h, Endpoint(cfg)) for h in ("h1", "h2")}
     spec = {"kind": "bulk", "src": "h1", "dst": "h2", "bytes": 300_000, "message_bytes": 50_000}
     jobs = {h: Job(1, spec, h, ["h1", "h2"], eps[h], cfg) for h in eps}
-    kept: list[Delivery] = []
-    orig = jobs["h2"].on_delivery
-
-    def keep(d: Delivery) -> None:
-        kept.append(d)
-        orig(d)
-
-    jobs["h2"].on_delivery = keep  # type: ignore[method-assign]
+    kept = keep_deliveries(jobs["h2"])
     for j in jobs.values():
         j.go(net.now)
     assert drive_jobs(net, eps, jobs, 5.0)
