@@ -37,6 +37,7 @@ class EVPath:
         "probe_min_seq",
         "retirements",
         "packets_sent",
+        "last_sent_at",
         "ack_misses",
         "proven_at",
     )
@@ -53,6 +54,9 @@ class EVPath:
         self.probe_min_seq = 0
         self.retirements = 0
         self.packets_sent = 0
+        # Send time of the latest data packet on this EV: when a connection retires it, how
+        # long ago it last put traffic there (what "moved off a failed link by" measures).
+        self.last_sent_at = float("-inf")
         self.ack_misses = 0  # packets in a row acknowledged only by later packets' ACKs
         # Send time of the latest packet or probe on this EV whose own reply came back: the
         # round trip worked then (the sender's loss sweep asks "since when?").

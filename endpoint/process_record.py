@@ -61,18 +61,19 @@ class Recording:
         seen = self._ev_seen.get(qp, 0)
         if len(st.ev_transitions) > seen:
             for tr in st.ev_transitions[seen:]:
-                w.write(
-                    {
-                        "type": "ev",
-                        "t": tr.at,
-                        "job": job.job_id,
-                        "peer": conn.peer,
-                        "ev": tr.ev,
-                        "old": tr.old,
-                        "new": tr.new,
-                        "reason": tr.reason,
-                    }
-                )
+                rec = {
+                    "type": "ev",
+                    "t": tr.at,
+                    "job": job.job_id,
+                    "peer": conn.peer,
+                    "ev": tr.ev,
+                    "old": tr.old,
+                    "new": tr.new,
+                    "reason": tr.reason,
+                }
+                if tr.new == "failed":  # null: the EV never carried data
+                    rec["last_tx"] = tr.last_tx
+                w.write(rec)
             self._ev_seen[qp] = len(st.ev_transitions)
             self._release_transitions(qp, st.ev_transitions)
         last = self._rtt_seen.get(qp, float("-inf"))

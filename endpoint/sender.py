@@ -202,6 +202,7 @@ class Sender:
             path = self._pick_path(p)
             ev, plane = path.ev, path.plane
             path.packets_sent += 1
+            path.last_sent_at = now
         flags = 0
         if p.transmissions:
             flags = DATA_FLAG_RETX
@@ -235,7 +236,7 @@ class Sender:
         c["data_bytes_tx"] += p.length
         out.append((ev, plane, payload, self._tos_data))
         if self._tail_copies > 1 and p.reason in LAST_RESORT:
-            self._send_copies(p, payload, out)
+            self._send_copies(p, payload, now, out)
 
     def _ack_request(self, flags: int) -> int:
         """The BTH AckReq bit of the packet just sent: 1 asks a coalescing receiver to ACK it at
@@ -282,7 +283,7 @@ class Sender:
             return self.evs.pick(proven_since=rec.sweep_since)
         return self.evs.pick(exclude=p.ev if p.transmissions else None)
 
-    def _send_copies(self, p: OutPacket, payload: bytes, out: list) -> None:
+    def _send_copies(self, p: OutPacket, payload: bytes, now: float, out: list) -> None:
         """Extra copies of a last-resort (RTO or tail-probe) resend, each on another EV.
 
         Such a resend has no evidence of a working round trip to go on: right after a failure
@@ -300,6 +301,7 @@ class Sender:
                 continue
             used.add(path.ev)
             path.packets_sent += 1
+            path.last_sent_at = now
             c["tail_copies_tx"] += 1
             out.append((path.ev, path.plane, payload, self._tos_data))
 
@@ -559,4 +561,11 @@ class Sender:
     # -- stats ---------------------------------------------------------------------------------
 
     def _ev_changed(self, now: float, ev: int, old: EVState, new: EVState, reason: str) -> None:
-        self.stats.ev_transitions.append(EVTransition(now, ev, old.value, new.value, reason))
+        last_tx = None
+        if new is EVState.FAILED:
+            path = self.evs.by_ev.get(ev)
+            if path is not None and path.last_sent_at > float("-inf"):
+                last_tx = path.last_sent_at
+        self.stats.ev_transitions.append(
+            EVTransition(now, ev, old.value, new.value, reason, last_tx)
+        )

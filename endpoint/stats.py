@@ -26,6 +26,9 @@ class EVTransition:
     old: str
     new: str
     reason: str = ""  # loss, rto, ack_path, sweep, probe_ack, ecn, trim, clean_acks
+    # On a move to FAILED: when the connection last sent data on the EV (None: never). The
+    # retirement itself can come much later, when a tail-loss probe or an RTO reveals losses.
+    last_tx: float | None = None
 
 
 @dataclass

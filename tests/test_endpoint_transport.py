@@ -155,6 +155,40 @@ def test_blackholed_evs_retired_within_one_rtt_and_readmitted_after_heal(
     assert set(conn.sender.evs.states().values()) <= {"good", "congested"}
 
 
+def test_a_retirement_records_when_the_ev_last_carried_data() -> None:
+    """The FAILED transition carries the send time of the EV's latest data packet before it
+    (what "traffic left the failed link by" is measured from), which precedes the retirement
+    by the detection delay."""
+    net, h = _bulk(Mode.MRC, 7)
+    bad = set(random.Random(7).sample(TransportConfig().ev_values(), 8))
+    last_data: dict[int, float] = {}
+    retired_seen: set[int] = set()
+    inject = net.inject
+
+    def spy(src, tx):
+        if src == "a" and tx.tos != TOS_CONTROL and tx.ev not in retired_seen:
+            last_data[tx.ev] = net.now
+        inject(src, tx)
+
+    net.inject = spy
+    net.run(0.005)
+    net.blackhole_evs("a", "b", bad)
+    conn = h.ca
+    checked = 0
+    end = 0.030
+    while net.now < end:
+        net.run(net.now + 0.0002)
+        for tr in conn.stats.ev_transitions:
+            if tr.new == "failed" and tr.ev not in retired_seen:
+                retired_seen.add(tr.ev)
+                assert tr.last_tx == last_data.get(tr.ev), tr
+                assert tr.last_tx is None or tr.last_tx <= tr.at
+                checked += tr.last_tx is not None
+    assert retired_seen >= bad and checked >= len(bad) // 2
+    good = [t for t in conn.stats.ev_transitions if t.new != "failed"]
+    assert all(t.last_tx is None for t in good)
+
+
 def _max_stall(h: PairHarness, start: float, end: float) -> float:
     times = [start] + sorted(t for t, _ in h.delivery_times if start <= t <= end) + [end]
     return max(b - a for a, b in zip(times, times[1:], strict=False))

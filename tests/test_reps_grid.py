@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from testbed.bench.reps_grid_figures import (
 from testbed.cli.app import main
 from testbed.experiment.api import load
 from testbed.harness.ev_controller import path_links
+from testbed.harness.records import Failure, last_tx_of
 
 
 @pytest.mark.parametrize("fabric", list(g.FABRICS))
@@ -165,8 +167,47 @@ def test_figures_from_a_run_folder(tmp_path: Path) -> None:
     a = avoid_figures(fails, sc, "reps", g.failed_links("link-failed-100us"), (10e-6, 110e-6))
     # The crossing EV retired at 40 µs: 30 µs after the failure; the one at 300 µs came after
     # the heal and the one at 50 µs does not cross the link.
-    assert a == {"avoided_us": 30.0, "evs_retired": 1}
+    # These records carry no last send (written before endpoints kept it): the retirement
+    # stands in, and the figure says so.
+    assert a == {
+        "avoided_us": 30.0,
+        "avoided_from": "retirement",
+        "retired_us": 30.0,
+        "evs_retired": 1,
+    }
     assert avoid_figures(fails, sc, "reps", [], None)["avoided_us"] is None
+
+
+def test_avoid_figures_take_the_last_send_on_a_damaged_ev_not_its_retirement() -> None:
+    """A tail-loss probe can retire, at 115 µs, an EV last used at 25 µs: traffic had left
+    the link at 25 µs, and that is what the claim is about."""
+    sc = load(g.scenario("1to1", "permutation", "link-failed-100us", "reps"))
+    fab, links = sc.fabric(), g.failed_links("link-failed-100us")
+    crossing = [
+        ev for ev in range(1, 400) if ("leaf2", "spine2") in path_links(fab, "h1", "h5", ev, 1)
+    ][:2]
+    window = (10e-6, 110e-6)
+    fails = [
+        Failure("h1", "h5", crossing[0], 115e-6, 25e-6),  # retired late, left early
+        Failure("h1", "h5", crossing[1], 40e-6, 18e-6),
+        Failure("h1", "h5", crossing[1], 300e-6, 250e-6),  # after the heal: not this failure
+    ]
+    a = avoid_figures(fails, sc, "reps", links, window)
+    assert a == {
+        "avoided_us": 15.0,
+        "avoided_from": "last_send",
+        "retired_us": 105.0,
+        "evs_retired": 2,
+    }
+    # Every damaged EV last used before the failure began: traffic avoided it from the start.
+    early = [Failure("h1", "h5", crossing[0], 60e-6, 5e-6)]
+    assert avoid_figures(early, sc, "reps", links, window)["avoided_us"] == 0.0
+
+
+def test_an_ev_records_last_send_is_read_on_the_workloads_clock() -> None:
+    assert last_tx_of({"t": 5.0, "last_tx": 4.5}, 4.0) == 0.5
+    assert last_tx_of({"t": 5.0, "last_tx": None}, 4.0) == -math.inf  # never carried data
+    assert last_tx_of({"t": 5.0}, 4.0) is None  # written before endpoints kept it: unknown
 
 
 def _cell(mode: str, row: str, p99: float | None, valid: bool = True, **kw) -> dict:
@@ -174,7 +215,8 @@ def _cell(mode: str, row: str, p99: float | None, valid: bool = True, **kw) -> d
         "fabric": "1to1", "traffic": "permutation", "mode": mode, "row": row,
         "median_us": 50.0, "p99_us": p99, "max_us": p99, "unfinished": 0 if p99 else 1,
         "lost_bytes": 0, "nacks": 1, "ooo_ratio": 0.1, "ooo_max_psns": 3,
-        "avoided_us": kw.get("avoided_us"), "drops": {"blackhole": 3},
+        "avoided_us": kw.get("avoided_us"), "avoided_from": kw.get("avoided_from", "last_send"),
+        "retired_us": kw.get("avoided_us"), "drops": {"blackhole": 3},
         "run": {"valid": valid, "time_dilation": 500000, "invalid_reasons": [] if valid else ["CPU saturated"]},
     }  # fmt: skip
 
@@ -192,6 +234,11 @@ def test_claims_pass_fail_and_ignore_invalid_runs() -> None:
     assert check_claims(worse)[1]["verdict"] == "fail"
     slow = [_cell("link-failed", "reps", 80.0, avoided_us=150.0), *cells[1:]]
     assert check_claims(slow)[0]["verdict"] == "fail"
+    # Only the last retirement known: under the bar passes, over it decides nothing.
+    bound = [_cell("link-failed", "reps", 80.0, avoided_us=150.0, avoided_from="retirement")]
+    assert check_claims([*bound, *cells[1:]])[0]["verdict"] == "undecided (upper bound only)"
+    bound = [_cell("link-failed", "reps", 80.0, avoided_us=60.0, avoided_from="retirement")]
+    assert check_claims([*bound, *cells[1:]])[0]["verdict"] == "pass"
     # An INVALID run is no evidence either way.
     invalid = [_cell("link-failed", "reps", 500.0, valid=False, avoided_us=900.0), *cells[1:]]
     v = check_claims(invalid)
@@ -242,7 +289,7 @@ def test_the_markdown_table_marks_invalid_runs_and_large_gaps() -> None:
     bad = _cell("link-failed", "oblivious", 90.0, valid=False)
     md = format_reps_grid_markdown({"cells": [ok, bad], "claims": check_claims([ok, bad])})
     rows = [line for line in md.splitlines() if line.startswith("| link-failed")]
-    assert "(**p99 -50 %**)" in rows[0] and "valid, N=500000" in rows[0] and "| 40 |" in rows[0]
+    assert "(**p99 -50 %**)" in rows[0] and "valid, N=500000" in rows[0] and "| 40/40 |" in rows[0]
     assert "**INVALID**" in rows[1]
     assert "- **not measured**: REPS beats oblivious" in md  # the invalid run is no evidence
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from testbed.harness.endpoint_driver import reply_pairs
 from testbed.harness.ev_controller import round_trip_links
-from testbed.harness.records import Failure, endpoint_records
+from testbed.harness.records import Failure, endpoint_records, last_tx_of
 from testbed.scenario.schema import Scenario
 
 
@@ -106,7 +106,15 @@ def ev_failures(raw: Path) -> list[Failure]:
     for host, recs in records.items():
         for r in recs:
             if r.get("type") == "ev" and r.get("new") == "failed" and t0 is not None:
-                out.append(Failure(host, r["peer"], r["ev"], r["t"] - t0))
+                out.append(
+                    Failure(
+                        host,
+                        r["peer"],
+                        r["ev"],
+                        r["t"] - t0,
+                        last_tx_of(r, t0),
+                    )
+                )
     return sorted(out, key=lambda f: f.t)
 
 
@@ -117,23 +125,50 @@ def avoid_figures(
     links: list[tuple[str, str]],
     window: tuple[float, float | None] | None,
 ) -> dict[str, Any]:
-    """When traffic had left the damaged links: the last retirement, within the failure's
-    window, of an EV whose round trip crosses one of them, counted from the failure's start.
-    After it no connection sends on such an EV (a retired EV carries only probes), so it bounds
-    from above the time the load balancers took to steer around the failure. None when no
-    such EV was retired (a slowed link retires none; a one-path transport has no EV to
-    retire)."""
+    """When traffic had left the damaged links, counted from the failure's start.
+
+    Over the EVs retired since the failure began whose round trip crosses a damaged link and
+    that last carried data before it ended: `avoided_us` is the last time a connection sent
+    data on one of them (after it nothing more went in; 0 when none was used after the
+    failure began), and
+    `retired_us` the last retirement, an upper bound on it -- a tail-loss probe or an RTO can
+    reveal, all at once, losses on EVs left long before. `avoided_from` says which of the two
+    `avoided_us` is: records written before endpoints kept each EV's last send carry only the
+    retirement. None when no such EV was retired (a slowed link retires none; a one-path
+    transport has no EV to retire)."""
+    none = {"avoided_us": None, "avoided_from": None, "retired_us": None, "evs_retired": 0}
     if window is None or not links:
-        return {"avoided_us": None, "evs_retired": 0}
+        return none
     start, end = window
+    end = end if end is not None else math.inf
     fab, reply_of = sc.fabric(), reply_pairs(sc, transport)
     hit = set(links)
-    times = [
-        f.t
-        for f in failures
-        if start <= f.t < (end if end is not None else math.inf)
-        and hit & round_trip_links(fab, f, sc.seed, reply_of)
+    crossing = [
+        f for f in failures if start <= f.t and hit & round_trip_links(fab, f, sc.seed, reply_of)
     ]
-    if not times:
-        return {"avoided_us": None, "evs_retired": 0}
-    return {"avoided_us": round((max(times) - start) * 1e6, 1), "evs_retired": len(times)}
+    if any(f.last_tx is None for f in crossing):
+        damaged = [f for f in crossing if f.t < end]
+        if not damaged:
+            return none
+        retired_us = round((max(f.t for f in damaged) - start) * 1e6, 1)
+        return {
+            "avoided_us": retired_us,
+            "avoided_from": "retirement",
+            "retired_us": retired_us,
+            "evs_retired": len(damaged),
+        }
+    # A retirement after the window closed still counts when the EV's last send fell inside
+    # it: a tail-loss probe can reveal a loss from during the failure only after its end.
+    damaged = [f for f in crossing if f.last_tx is not None and f.last_tx < end]
+    if not damaged:
+        return none
+    retired_us = round((max(f.t for f in damaged) - start) * 1e6, 1)
+    sent = [
+        f.last_tx for f in damaged if f.last_tx is not None and f.last_tx >= start
+    ]  # -inf: never
+    return {
+        "avoided_us": round((max(sent) - start) * 1e6, 1) if sent else 0.0,
+        "avoided_from": "last_send",
+        "retired_us": retired_us,
+        "evs_retired": len(damaged),
+    }

@@ -23,7 +23,14 @@ from endpoint.control import ControlError
 from endpoint.metrics import placed_samples
 from testbed.fabric.paths import predict_path
 from testbed.harness.endpoints import FabricEndpoints
-from testbed.harness.records import Failure, FlowRecord, Message, TransportRun, path_name
+from testbed.harness.records import (
+    Failure,
+    FlowRecord,
+    Message,
+    TransportRun,
+    last_tx_of,
+    path_name,
+)
 from testbed.scenario import AllreduceWorkload, Scenario, TraceWorkload, flows, workload_hosts
 from testbed.scenario.trace_workload import trace_job
 
@@ -236,7 +243,15 @@ def endpoint_run(
                 continue
             if kind == "ev" and r.get("new") == "failed":
                 retirements += 1
-                ev_failures.append(Failure(host, r["peer"], r["ev"], r["t"] - t0))
+                ev_failures.append(
+                    Failure(
+                        host,
+                        r["peer"],
+                        r["ev"],
+                        r["t"] - t0,
+                        last_tx_of(r, t0),
+                    )
+                )
             elif kind == "msg" and r["side"] == "tx":
                 messages.append(Message(r["posted"] - t0, r["bytes"], r["acked"] - t0))
             elif kind == "counters":

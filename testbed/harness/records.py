@@ -10,6 +10,7 @@ must not cost an import of pandas.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,16 @@ class Failure:
     peer: str
     ev: int
     t: float  # virtual: the endpoint's clock, or seconds from the workload's start in a run
+    # When the connection last sent data on the EV before retiring it, on the same clock:
+    # -inf when it never did, None when unknown (a record from before endpoints wrote it).
+    last_tx: float | None = None
+
+
+def last_tx_of(r: Mapping, t0: float) -> float | None:
+    """An `ev` record's last data send on the EV, from `t0` (see `Failure.last_tx`)."""
+    if "last_tx" not in r:
+        return None
+    return -math.inf if r["last_tx"] is None else r["last_tx"] - t0
 
 
 @dataclass(frozen=True)
