@@ -85,6 +85,51 @@ def test_the_failure_modes_fail_what_the_simulator_fails() -> None:
         g.mode_events("meteor-strike")
 
 
+HTSIM_RESULTS = Path(__file__).resolve().parents[1] / "tools" / "reps_htsim" / "results"
+HTSIM_TRAFFIC = {"permutation": "perm", "incast": "incast8"}
+
+
+@pytest.mark.parametrize("fabric", sorted(g.FABRICS))
+@pytest.mark.parametrize("traffic", g.TRAFFIC)
+@pytest.mark.parametrize(
+    "mode",
+    [
+        "link-failed",
+        "link-failed-100us",
+        "switch-failed",
+        "switch-failed-100us",
+        "link-degraded",
+        "switch-and-link-failed-100us",
+        "switch-and-link-failed",
+    ],
+)
+def test_each_cell_fails_the_element_the_simulators_reps_run_failed(
+    fabric: str, traffic: str, mode: str
+) -> None:
+    """The simulator picks its element per run (the first a packet meets): in the incast it is
+    a sender's uplink, not the permutation's. Each cell fails what that cell's REPS run did."""
+    name = f"ls_{fabric}__{HTSIM_TRAFFIC[traffic]}__{g.HTSIM_MODE[mode]}__reps.json"
+    want = {e["element"] for e in json.loads((HTSIM_RESULTS / name).read_text())["failure_events"]}
+    ev = [e for e in g.mode_events(mode, fabric, traffic) if e["action"] != "heal"]
+    cables = {"->".join(e["direction"]) for e in ev}
+    spines = {sw for sw in (f"spine{k}" for k in range(1, 5)) if set(g.egress(sw)) <= {
+        tuple(e["direction"]) for e in ev}}  # fmt: skip
+    want_spines = {x for x in want if "->" not in x}
+    want_cables = want - want_spines
+    # A cable of a dead spine is dead with it (the simulator sometimes picked one of those).
+    assert spines == want_spines and want_cables <= cables
+    assert all(c in want_cables or c.split("->")[0] in spines for c in cables)
+
+
+def test_an_incast_fails_a_senders_uplink_not_an_ack_only_cable() -> None:
+    (hole,) = g.mode_events("link-failed", "1to1", "incast")
+    leaf = hole["direction"][0]
+    hosts = {f"h{4 * (int(leaf[4:]) - 1) + k}" for k in range(1, 5)}
+    assert hole["direction"][1].startswith("spine") and hosts & set(g.INCAST_SRCS)
+    with pytest.raises(ValueError, match="fabric, traffic"):
+        g.mode_events("link-failed", "1to1", "alltoall")
+
+
 def test_flaps_fail_a_new_cable_every_100us_for_50us() -> None:
     ev = g.mode_events("link-flaps")
     holes = [e for e in ev if e["action"] == "blackhole"]

@@ -119,8 +119,8 @@ def read_cell(
             ev_failures(raw),
             sc,
             key,
-            failed_links(mode),
-            failure_window(mode),
+            failed_links(mode, fabric, traffic),
+            failure_window(mode, fabric, traffic),
         ),
         "run": rec,
     }

@@ -65,16 +65,47 @@ ROWS: dict[str, Any] = {
 """The load balancers: REPS, oblivious spraying (the paper's "spraying"), MRC's weighted
 round-robin, and the one-path floors."""
 
-# The failed elements: those the authors' simulator failed in its 1:1 permutation runs
-# (tools/reps_htsim/results, `failure_events`: its generator fails the first element a packet
-# meets that keeps every pair of hosts connected), so the same element fails here. A "cable" is
-# one direction of a link, as the simulator's pipes are.
-CABLE = ("leaf1", "spine4")  # fail_one_cable, degrade_one_cable: leaf1 -> spine4
-CABLE_100US = ("spine2", "leaf2")  # fail_one_cable_after_10us_for_100us: spine2 -> leaf2
-SWITCH = "spine4"  # fail_one_switch, degrade_one_switch, one_switch_drops_every_10th_packet
-SWITCH_100US = "spine2"  # fail_one_switch_after_10us_for_100us
-SECOND_SWITCH = "spine2"  # 10 % of the switches: spine4 and spine2 (2 of 12)
+# The failed elements: those the authors' simulator failed in its REPS runs of the same fabric
+# and traffic (tools/reps_htsim/results, `failure_events`: its generator fails the first element
+# a packet meets that keeps every pair of hosts connected), so the same element fails here. A
+# "cable" is one direction of a link, as the simulator's pipes are. The simulator's picks
+# depend on the traffic: in the incast the first cable a packet meets is a sender's uplink
+# (leaf3 -> spine4), where a receiver's-leaf uplink (the permutation's leaf1 -> spine4) would
+# carry only ACKs. Its spraying runs sometimes picked a mirror image (another spine's cable of
+# the same leaf, in the same direction); the oblivious row here fails REPS's element, which the
+# fabric's symmetry makes the same experiment.
+SWITCH = "spine4"  # fail_one_switch, degrade_one_switch, *_drops_every_10th: in every run
 SECOND_CABLE = ("spine1", "leaf1")  # fail_one_switch_one_cable: spine4, and spine1 -> leaf1
+PICKS: dict[tuple[str, str], dict[str, Any]] = {
+    ("1to1", "permutation"): {
+        "cable": ("leaf1", "spine4"),  # fail_one_cable, degrade_one_cable
+        "cable_100us": ("spine2", "leaf2"),  # fail_one_cable_after_10us_for_100us
+        "switch_100us": "spine2",  # fail_one_switch_after_10us_for_100us
+        "pair_100us": ("spine2", ("spine2", "leaf2")),  # fail_one_switch_and_cable_after_...
+        "ten_pct_switches": ("spine4", "spine2"),  # 10_percent_failed_switches (2 of 12)
+    },
+    ("8to1", "permutation"): {
+        "cable": ("leaf1", "spine4"),
+        "cable_100us": ("spine3", "leaf6"),
+        "switch_100us": "spine3",
+        "pair_100us": ("spine3", ("spine3", "leaf5")),
+        "ten_pct_switches": ("spine4", "spine2"),
+    },
+    ("1to1", "incast"): {
+        "cable": ("leaf3", "spine4"),
+        "cable_100us": ("leaf4", "spine4"),
+        "switch_100us": "spine3",
+        "pair_100us": ("spine3", ("leaf4", "spine4")),
+        "ten_pct_switches": ("spine4",),  # the simulator drew one of 12 here
+    },
+    ("8to1", "incast"): {
+        "cable": ("leaf3", "spine4"),
+        "cable_100us": ("leaf4", "spine3"),
+        "switch_100us": "spine4",
+        "pair_100us": ("spine4", ("leaf4", "spine3")),
+        "ten_pct_switches": ("spine4",),
+    },
+}
 # The simulator's "degraded" is lossy, not slow (sim/failuregenerator.cpp): a degraded switch
 # drops 10 % of the packets it forwards; a degraded cable 33 % (90 % of degraded cables; 9 %
 # drop 66 %, 1 % everything): the common case is used.
@@ -143,9 +174,10 @@ def _rolling(groups: list[list[tuple[str, str]]]) -> list:
 def _flaps(seed: int = SEED) -> list:
     """A new cable at a time, in a seeded order that uses every cable before repeating one;
     the first is the simulator's, leaf1 -> spine4."""
-    cables = [c for c in all_cables() if c != CABLE]
+    first = PICKS[("1to1", "permutation")]["cable"]
+    cables = [c for c in all_cables() if c != first]
     random.Random(f"reps-grid-flaps:{seed}").shuffle(cables)
-    return _rolling([[c] for c in (CABLE, *cables)])
+    return _rolling([[c] for c in (first, *cables)])
 
 
 def _switch_flaps() -> list:
@@ -166,44 +198,72 @@ def spine_egress() -> list[tuple[str, str]]:
     return [c for s in range(1, SPINES + 1) for c in egress(f"spine{s}")]
 
 
-MODE_EVENTS: dict[str, Any] = {
-    "none": lambda: [],
-    "link-failed": lambda: _dead([CABLE]),
-    "link-failed-100us": lambda: _dead([CABLE_100US], AT_S, AT_S + FOR_S),
-    "switch-failed": lambda: _dead(egress(SWITCH)),
-    "switch-failed-100us": lambda: _dead(egress(SWITCH_100US), AT_S, AT_S + FOR_S),
-    "link-drops-every-10th": lambda: _impaired([CABLE], drop_every=10),
-    "switch-drops-every-10th": lambda: _impaired(egress(SWITCH), drop_every=10),
-    "link-degraded": lambda: _lossy([CABLE], CABLE_DEGRADED_LOSS_PCT),
-    "switch-degraded": lambda: _lossy(egress(SWITCH), SWITCH_DEGRADED_LOSS_PCT),
-    # 1 % of packets corrupted: every cross-leaf packet crosses one uplink and one spine.
-    "link-ber-1pct": lambda: _impaired(uplinks(), corrupt_percent=BER_PCT),
-    "switch-ber-1pct": lambda: _impaired(spine_egress(), corrupt_percent=BER_PCT),
-    "10pct-switches-failed": lambda: _dead([*egress(SWITCH), *egress(SECOND_SWITCH)]),
-    "10pct-links-failed": lambda: _dead(ten_percent_cables()),
-    "10pct-switches-degraded": lambda: _lossy(
-        [*egress(SWITCH), *egress(SECOND_SWITCH)], SWITCH_DEGRADED_LOSS_PCT
-    ),
-    "10pct-links-degraded": lambda: _lossy(ten_percent_cables(), CABLE_DEGRADED_LOSS_PCT),
-    "switch-flaps": _switch_flaps,
-    "link-flaps": _flaps,
-    "switch-and-link-failed-100us": lambda: _dead(
-        [*egress(SWITCH_100US), CABLE_100US], AT_S, AT_S + FOR_S
-    ),
-    "switch-and-link-failed": lambda: _dead([*egress(SWITCH), SECOND_CABLE]),
-}
+def _events(mode: str, k: dict[str, Any]) -> list:
+    """The scenario events of `mode` with the failed elements `k` (one entry of PICKS)."""
+    cable, switch_100us = k["cable"], k["switch_100us"]
+    pair_switch, pair_cable = k["pair_100us"]
+    ten_pct = [c for sw in k["ten_pct_switches"] for c in egress(sw)]
+    table: dict[str, Any] = {
+        "none": lambda: [],
+        "link-failed": lambda: _dead([cable]),
+        "link-failed-100us": lambda: _dead([k["cable_100us"]], AT_S, AT_S + FOR_S),
+        "switch-failed": lambda: _dead(egress(SWITCH)),
+        "switch-failed-100us": lambda: _dead(egress(switch_100us), AT_S, AT_S + FOR_S),
+        "link-drops-every-10th": lambda: _impaired([cable], drop_every=10),
+        "switch-drops-every-10th": lambda: _impaired(egress(SWITCH), drop_every=10),
+        "link-degraded": lambda: _lossy([cable], CABLE_DEGRADED_LOSS_PCT),
+        "switch-degraded": lambda: _lossy(egress(SWITCH), SWITCH_DEGRADED_LOSS_PCT),
+        # 1 % of packets corrupted: every cross-leaf packet crosses one uplink and one spine.
+        "link-ber-1pct": lambda: _impaired(uplinks(), corrupt_percent=BER_PCT),
+        "switch-ber-1pct": lambda: _impaired(spine_egress(), corrupt_percent=BER_PCT),
+        "10pct-switches-failed": lambda: _dead(ten_pct),
+        "10pct-links-failed": lambda: _dead(ten_percent_cables()),
+        "10pct-switches-degraded": lambda: _lossy(ten_pct, SWITCH_DEGRADED_LOSS_PCT),
+        "10pct-links-degraded": lambda: _lossy(ten_percent_cables(), CABLE_DEGRADED_LOSS_PCT),
+        "switch-flaps": _switch_flaps,
+        "link-flaps": _flaps,
+        "switch-and-link-failed-100us": lambda: _dead(
+            [*egress(pair_switch), pair_cable], AT_S, AT_S + FOR_S
+        ),
+        "switch-and-link-failed": lambda: _dead([*egress(SWITCH), SECOND_CABLE]),
+    }
+    return table[mode]()
 
 
-def mode_events(mode: str) -> list[dict]:
-    """The scenario events of failure mode `mode`, the same on both fabrics (the failures are
-    losses, not rates)."""
-    if mode not in MODE_EVENTS:
-        raise ValueError(f"mode: one of {', '.join(MODES)}, got {mode!r}")
-    return MODE_EVENTS[mode]()
-
-
-MODES = tuple(MODE_EVENTS)
+MODES = (
+    "none",
+    "link-failed",
+    "link-failed-100us",
+    "switch-failed",
+    "switch-failed-100us",
+    "link-drops-every-10th",
+    "switch-drops-every-10th",
+    "link-degraded",
+    "switch-degraded",
+    "link-ber-1pct",
+    "switch-ber-1pct",
+    "10pct-switches-failed",
+    "10pct-links-failed",
+    "10pct-switches-degraded",
+    "10pct-links-degraded",
+    "switch-flaps",
+    "link-flaps",
+    "switch-and-link-failed-100us",
+    "switch-and-link-failed",
+)
 """The paper's failure modes (its failures_input files), in its order, with "none" first."""
+
+
+def mode_events(mode: str, fabric: str = "1to1", traffic: str = "permutation") -> list[dict]:
+    """The scenario events of failure mode `mode` on `fabric` under `traffic`: the elements
+    the authors' simulator failed in that cell (PICKS)."""
+    if mode not in MODES:
+        raise ValueError(f"mode: one of {', '.join(MODES)}, got {mode!r}")
+    if (fabric, traffic) not in PICKS:
+        raise ValueError(f"fabric, traffic: one of {sorted(PICKS)}, got {(fabric, traffic)!r}")
+    return _events(mode, PICKS[(fabric, traffic)])
+
+
 
 HTSIM_MODE = {
     "link-failed": "fail_one_cable",
@@ -237,18 +297,22 @@ QUICK = {
 machine, which proves the grid's path end to end; the claims need the full grid."""
 
 
-def failed_links(mode: str) -> list[tuple[str, str]]:
+def failed_links(
+    mode: str, fabric: str = "1to1", traffic: str = "permutation"
+) -> list[tuple[str, str]]:
     """The leaf-spine links a mode damages (sorted pairs), for the time-to-avoid measure."""
     out = set()
-    for e in mode_events(mode):
+    for e in mode_events(mode, fabric, traffic):
         if e["action"] != "heal":
             out.add(tuple(sorted(e["link"])))
     return sorted(out)  # type: ignore[arg-type]
 
 
-def failure_window(mode: str) -> tuple[float, float | None] | None:
+def failure_window(
+    mode: str, fabric: str = "1to1", traffic: str = "permutation"
+) -> tuple[float, float | None] | None:
     """(start, end or None for good) of a mode's first failure; None without one."""
-    ev = mode_events(mode)
+    ev = mode_events(mode, fabric, traffic)
     starts = [e["at"] for e in ev if e["action"] != "heal"]
     if not starts:
         return None
@@ -285,7 +349,7 @@ def scenario(fabric: str, traffic: str, mode: str, row: str, seed: int = SEED) -
         "topology": {**LINKS, **FABRICS[fabric]},
         "transport": [ROWS[row]],
         "workload": workload,
-        "events": mode_events(mode),
+        "events": mode_events(mode, fabric, traffic),
         "duration_s": DURATION_S,
         "seed": seed,
         "emulation": dict(EMULATION),
