@@ -355,3 +355,36 @@ def test_a_cell_run_under_another_definition_is_not_read_back_as_this_one(tmp_pa
     (tmp_path / "summary.json").write_text(json.dumps(summary))
     with pytest.raises(BenchError, match="a different `events` than the grid defines now"):
         read_cell(tmp_path, *cell)
+
+
+def test_read_back_judges_the_cells_in_a_folder_and_runs_none(tmp_path: Path, capsys) -> None:
+    """A grid built over several sittings is read whole, without root: the cells present are
+    judged, the chosen ones absent are listed as missing."""
+    from testbed.bench.reps_grid import read_back_reps_grid
+
+    cell = tmp_path / "1to1-permutation-link-failed-100us-reps"
+    _write_run(cell)
+    sc = g.scenario("1to1", "permutation", "link-failed-100us", "reps")
+    ran = load(sc).model_dump(mode="json", exclude_none=True)
+    entry = {
+        "flows": [{"fct_ms": 0.06}],
+        "lost_bytes": 0,
+        "emulation": {"valid": True, "time_dilation": 500000},
+    }
+    summary = {"transports": {"reps": entry}, "provenance": {"scenario": ran}}
+    (cell / "summary.json").write_text(json.dumps(summary))
+    d = read_back_reps_grid(
+        tmp_path, fabrics=["1to1"], traffic=["permutation"], modes=["link-failed-100us"]
+    )
+    assert [c["row"] for c in d["cells"]] == ["reps"] and d["cells"][0]["median_us"] == 60.0
+    assert d["cells"][0]["htsim"]["file"].startswith("ls_1to1__perm__fail_one_cable_after")
+    assert "1to1-permutation-link-failed-100us-oblivious" in d["missing"]
+    assert len(d["missing"]) == len(g.ROWS) - 1
+    assert main(["bench", "reps-grid", "--read-back", "--out", str(tmp_path), "--modes",
+                 "link-failed-100us", "--fabrics", "1to1", "--traffic", "permutation"]) == 0  # fmt: skip
+    assert "not in the folder (not run): 4 cells" in capsys.readouterr().out
+    assert main(["bench", "reps-grid", "--read-back"]) == 2
+    assert "--read-back: name the results folder" in capsys.readouterr().err
+    assert main(["bench", "fidelity", "--read-back", "--out", str(tmp_path)]) == 2
+    with pytest.raises(BenchError, match="no such results folder"):
+        read_back_reps_grid(tmp_path / "nowhere")

@@ -168,6 +168,49 @@ def run_reps_grid(
     }
 
 
+def read_back_reps_grid(
+    out: Path,
+    fabrics: list[str] | None = None,
+    traffic: list[str] | None = None,
+    modes: list[str] | None = None,
+    rows: list[str] | None = None,
+) -> dict:
+    """The grid and its claims from the cells already in `out`, running none: a grid built
+    over several sittings (each with its own filters) is judged whole. The chosen cells not
+    in `out` are listed as `missing`, never guessed."""
+    fabs = _pick(fabrics, tuple(FABRICS), FABRICS, "fabrics")
+    trs = _pick(traffic, TRAFFIC, TRAFFIC, "traffic")
+    mds = _pick(modes, MODES, MODES, "modes")
+    rws = _pick(rows, tuple(ROWS), ROWS, "rows")
+    if not out.is_dir():
+        raise BenchError(f"--out {out}: no such results folder")
+    started = time.time()
+    cells, missing = [], []
+    for fabric in fabs:
+        for tr in trs:
+            for mode in mds:
+                for row in rws:
+                    run_dir = out / cell_name(fabric, tr, mode, row)
+                    if (run_dir / "summary.json").is_file():
+                        cells.append(_with_htsim(read_cell(run_dir, fabric, tr, mode, row)))
+                    else:
+                        missing.append(run_dir.name)
+    return {
+        "bench": "reps-grid",
+        "cells": cells,
+        "missing": missing,
+        "claims": check_claims(cells),
+        "results_dir": str(out),
+        "meta": bench_meta(
+            1,
+            started,
+            "REPS paper's failure grid, read back from a results folder: no cell run now",
+            quick=False,
+            time_dilation="read back",
+        ),
+    }
+
+
 def _cell(fabric: str, traffic: str, mode: str, row: str, out: Path, dilation) -> dict:
     run_dir = out / cell_name(fabric, traffic, mode, row)
     if (run_dir / "summary.json").is_file():
@@ -348,6 +391,8 @@ def format_reps_grid_table(d: dict) -> str:
                 f"  {h['flows_completed']}/{h['flows_total']} flows"
                 + (f"; differs by more than {DIFF_PCT:g} %: {', '.join(gap)}" if gap else "")
             )
+    if d.get("missing"):
+        lines += ["", f"not in the folder (not run): {len(d['missing'])} cells"]
     lines += ["", "claims (valid runs only):"]
     for cl in d["claims"]:
         lines.append(f"  {cl['verdict'].upper():<13} {cl['claim']}")

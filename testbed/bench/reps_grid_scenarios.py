@@ -264,7 +264,6 @@ def mode_events(mode: str, fabric: str = "1to1", traffic: str = "permutation") -
     return _events(mode, PICKS[(fabric, traffic)])
 
 
-
 HTSIM_MODE = {
     "link-failed": "fail_one_cable",
     "link-failed-100us": "fail_one_cable_after_10us_for_100us",

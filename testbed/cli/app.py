@@ -418,6 +418,12 @@ def _bench_and_lab_commands(sub) -> None:
             f"--{key}", metavar="A,B", type=_comma_list, help=f"reps-grid: only these {what}"
         )
     be.add_argument(
+        "--read-back",
+        action="store_true",
+        help="reps-grid: run no cell, only read back those already in --out (needs no root); "
+        "the grid and its claims from what a run folder holds",
+    )
+    be.add_argument(
         "--only",
         choices=["permutation", "slow-link", "incast", "2x2x2", "4x4x4", "4x8x4"],
         help="fidelity: run one section of the bench (permutation, slow-link, incast); "

@@ -538,6 +538,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
     filters = {k: getattr(args, k) for k in GRID_FILTERS if getattr(args, k, None) is not None}
     if filters and args.what != "reps-grid":
         raise CliError(f"--{next(iter(filters))}: only bench reps-grid has cells to choose")
+    if getattr(args, "read_back", False):
+        if args.what != "reps-grid":
+            raise CliError("--read-back: only bench reps-grid reads its cells back")
+        if not args.out:
+            raise CliError("--read-back: name the results folder to read (--out DIR)")
+        try:
+            result = reps_grid.read_back_reps_grid(Path(args.out), **filters)
+        except endpoint_bench.BenchError as exc:
+            raise CliError(str(exc)) from None
+        out = (
+            json.dumps(result, indent=1) if args.json else reps_grid.format_reps_grid_table(result)
+        )
+        print(out)
+        return 0
     if args.what == "ecmp":  # pure computation: no fabric, no root
         result = ecmp_bench.run_ecmp_bench(quick=args.quick)
         print(json.dumps(result, indent=1) if args.json else ecmp_bench.format_ecmp_table(result))
