@@ -136,21 +136,12 @@ def run_reps_grid(
     rows: list[str] | None = None,
 ) -> dict:
     """Run (or read back) the chosen cells; returns the bench's result object."""
-    q = QUICK if quick else {}
-    fabs = _pick(fabrics, tuple(FABRICS), q.get("fabrics", FABRICS), "fabrics")
-    trs = _pick(traffic, TRAFFIC, q.get("traffic", TRAFFIC), "traffic")
-    mds = _pick(modes, MODES, q.get("modes", MODES), "modes")
-    rws = _pick(rows, tuple(ROWS), q.get("rows", ROWS), "rows")
+    chosen = _chosen(fabrics, traffic, modes, rows, QUICK if quick else {})
     if os.geteuid() != 0:
         raise BenchError("bench reps-grid needs root (it creates network namespaces): use sudo")
     started = time.time()
     out = out or default_results_dir()
-    cells = []
-    for fabric in fabs:
-        for tr in trs:
-            for mode in mds:
-                for row in rws:
-                    cells.append(_with_htsim(_cell(fabric, tr, mode, row, out, time_dilation)))
+    cells = [_with_htsim(_cell(*c, out, time_dilation)) for c in chosen]
     return {
         "bench": "reps-grid",
         "cells": cells,
@@ -168,6 +159,22 @@ def run_reps_grid(
     }
 
 
+def _chosen(
+    fabrics: list[str] | None,
+    traffic: list[str] | None,
+    modes: list[str] | None,
+    rows: list[str] | None,
+    default: dict,
+) -> list[tuple[str, str, str, str]]:
+    """The cells the filters choose, (fabric, traffic, mode, row) in the grid's order; a
+    filter left out takes `default`'s (the quick grid's) or all. Bad names refused here."""
+    fabs = _pick(fabrics, tuple(FABRICS), default.get("fabrics", FABRICS), "fabrics")
+    trs = _pick(traffic, TRAFFIC, default.get("traffic", TRAFFIC), "traffic")
+    mds = _pick(modes, MODES, default.get("modes", MODES), "modes")
+    rws = _pick(rows, tuple(ROWS), default.get("rows", ROWS), "rows")
+    return [(f, t, m, r) for f in fabs for t in trs for m in mds for r in rws]
+
+
 def read_back_reps_grid(
     out: Path,
     fabrics: list[str] | None = None,
@@ -178,23 +185,17 @@ def read_back_reps_grid(
     """The grid and its claims from the cells already in `out`, running none: a grid built
     over several sittings (each with its own filters) is judged whole. The chosen cells not
     in `out` are listed as `missing`, never guessed."""
-    fabs = _pick(fabrics, tuple(FABRICS), FABRICS, "fabrics")
-    trs = _pick(traffic, TRAFFIC, TRAFFIC, "traffic")
-    mds = _pick(modes, MODES, MODES, "modes")
-    rws = _pick(rows, tuple(ROWS), ROWS, "rows")
+    chosen = _chosen(fabrics, traffic, modes, rows, {})
     if not out.is_dir():
         raise BenchError(f"--out {out}: no such results folder")
     started = time.time()
     cells, missing = [], []
-    for fabric in fabs:
-        for tr in trs:
-            for mode in mds:
-                for row in rws:
-                    run_dir = out / cell_name(fabric, tr, mode, row)
-                    if (run_dir / "summary.json").is_file():
-                        cells.append(_with_htsim(read_cell(run_dir, fabric, tr, mode, row)))
-                    else:
-                        missing.append(run_dir.name)
+    for c in chosen:
+        run_dir = out / cell_name(*c)
+        if (run_dir / "summary.json").is_file():
+            cells.append(_with_htsim(read_cell(run_dir, *c)))
+        else:
+            missing.append(run_dir.name)
     return {
         "bench": "reps-grid",
         "cells": cells,
