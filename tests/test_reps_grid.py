@@ -216,6 +216,7 @@ def test_figures_from_a_run_folder(tmp_path: Path) -> None:
     # stands in, and the figure says so.
     assert a == {
         "avoided_us": 30.0,
+        "avoided_p90_us": None,
         "avoided_from": "retirement",
         "retired_us": 30.0,
         "evs_retired": 1,
@@ -240,10 +241,19 @@ def test_avoid_figures_take_the_last_send_on_a_damaged_ev_not_its_retirement() -
     a = avoid_figures(fails, sc, "reps", links, window)
     assert a == {
         "avoided_us": 15.0,
+        "avoided_p90_us": 15.0,
         "avoided_from": "last_send",
         "retired_us": 105.0,
         "evs_retired": 2,
     }
+    # One EV explored late sets the last send; 90 % of them had left long before.
+    many = [
+        ev for ev in range(1, 4000) if ("leaf2", "spine2") in path_links(fab, "h1", "h5", ev, 1)
+    ][:10]
+    late = [Failure("h1", "h5", ev, 100e-6, (10 + k) * 1e-6) for k, ev in enumerate(many[:9])]
+    late.append(Failure("h1", "h5", many[9], 105e-6, 90e-6))
+    b = avoid_figures(late, sc, "reps", links, window)
+    assert (b["avoided_us"], b["avoided_p90_us"], b["evs_retired"]) == (80.0, 8.0, 10)
     # Every damaged EV last used before the failure began: traffic avoided it from the start.
     early = [Failure("h1", "h5", crossing[0], 60e-6, 5e-6)]
     assert avoid_figures(early, sc, "reps", links, window)["avoided_us"] == 0.0
