@@ -111,6 +111,12 @@ class Recovery:
         self.inflight: dict[int, OutPacket] = {}  # insertion order == order of last transmission
         self.inflight_bytes = 0
         self.retx: deque[OutPacket] = deque()  # declared lost, to be resent (front first)
+        # Resends a timer (RTO or tail-loss probe) lets leave past the congestion window: as
+        # RFC 6298 (5.4) retransmits on an RTO whatever the window. Without it, packets sent
+        # just before the timeout, not yet expired, held a window the timeout had shrunk
+        # below them, and the resend waited for the next, doubled, timeout: one sender of an
+        # 8:1 incast with a dead spine sent nothing for the last 1.2 ms of a 2 ms run.
+        self.timer_sends = 0
         self.probe_queue: list[EVPath] = []  # EVs to probe on the sender's next poll
         self.probe_seq = 0  # the sequence number of the next probe
         self.rack_sent = float("-inf")  # send time of the latest-sent packet known delivered
@@ -424,6 +430,7 @@ class Recovery:
                 self._tlp_epoch = self.last_progress_at
                 self.stats.counters["tlp_fired"] += 1
                 self.declare_lost(next(reversed(self.inflight.values())), "tlp", now, front=True)
+                self.timer_sends = 1
             return
         self._on_rto(rto, snd_una, now)
 
@@ -437,6 +444,7 @@ class Recovery:
             self.stats.counters["qp_error"] += 1
             self.retx.clear()
             return
+        self.timer_sends = 1
         if self.policy.single_path:
             self._rewind("rto", snd_una, now)
             return

@@ -130,11 +130,13 @@ class Sender:
             if p.state != LOST:
                 retx.popleft()
                 continue
-            if not self._may_send(p.length, now):
+            if not self._may_send(p.length, now) and not rec.timer_sends:
                 return sent
+            rec.timer_sends = 0  # the timer's resend is on its way
             retx.popleft()
             self._transmit(p, now, out)
             sent += 1
+        rec.timer_sends = 0  # nothing left to resend: a credit is not kept for later
         window = self.cfg.window_psns
         max_payload = self.cfg.max_payload
         pending = self.pending
