@@ -289,6 +289,7 @@ def test_claims_pass_fail_and_ignore_invalid_runs() -> None:
     assert check_claims(worse)[1]["verdict"] == "fail"
     slow = [_cell("link-failed", "reps", 80.0, avoided_us=150.0), *cells[1:]]
     assert check_claims(slow)[0]["verdict"] == "fail"
+    assert check_claims(slow)[0]["numbers"]["1to1/permutation/link-failed"]["last_us"] == 150.0
     # Only the last retirement known: under the bar passes, over it decides nothing.
     bound = [_cell("link-failed", "reps", 80.0, avoided_us=150.0, avoided_from="retirement")]
     assert check_claims([*bound, *cells[1:]])[0]["verdict"] == "undecided (upper bound only)"
