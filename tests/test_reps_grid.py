@@ -22,7 +22,7 @@ from testbed.bench.reps_grid_figures import (
 from testbed.cli.app import main
 from testbed.experiment.api import load
 from testbed.harness.ev_controller import path_links
-from testbed.harness.records import Failure, last_tx_of
+from testbed.harness.records import Failure, failure_of
 
 
 @pytest.mark.parametrize("fabric", list(g.FABRICS))
@@ -260,9 +260,10 @@ def test_avoid_figures_take_the_last_send_on_a_damaged_ev_not_its_retirement() -
 
 
 def test_an_ev_records_last_send_is_read_on_the_workloads_clock() -> None:
-    assert last_tx_of({"t": 5.0, "last_tx": 4.5}, 4.0) == 0.5
-    assert last_tx_of({"t": 5.0, "last_tx": None}, 4.0) == -math.inf  # never carried data
-    assert last_tx_of({"t": 5.0}, 4.0) is None  # written before endpoints kept it: unknown
+    rec = {"peer": "h5", "ev": 7, "t": 5.0}
+    assert failure_of("h1", {**rec, "last_tx": 4.5}, 4.0) == Failure("h1", "h5", 7, 1.0, 0.5)
+    assert failure_of("h1", {**rec, "last_tx": None}, 4.0).last_tx == -math.inf  # never sent
+    assert failure_of("h1", rec, 4.0).last_tx is None  # written before endpoints kept it
 
 
 def _cell(mode: str, row: str, p99: float | None, valid: bool = True, **kw) -> dict:

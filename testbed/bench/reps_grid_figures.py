@@ -15,7 +15,7 @@ from typing import Any
 
 from testbed.harness.endpoint_driver import reply_pairs
 from testbed.harness.ev_controller import round_trip_links
-from testbed.harness.records import Failure, endpoint_records, last_tx_of
+from testbed.harness.records import Failure, endpoint_records, failure_of
 from testbed.scenario.schema import Scenario
 
 
@@ -106,15 +106,7 @@ def ev_failures(raw: Path) -> list[Failure]:
     for host, recs in records.items():
         for r in recs:
             if r.get("type") == "ev" and r.get("new") == "failed" and t0 is not None:
-                out.append(
-                    Failure(
-                        host,
-                        r["peer"],
-                        r["ev"],
-                        r["t"] - t0,
-                        last_tx_of(r, t0),
-                    )
-                )
+                out.append(failure_of(host, r, t0))
     return sorted(out, key=lambda f: f.t)
 
 
@@ -166,18 +158,16 @@ def avoid_figures(
         }
     # A retirement after the window closed still counts when the EV's last send fell inside
     # it: a tail-loss probe can reveal a loss from during the failure only after its end.
-    damaged = [f for f in crossing if f.last_tx is not None and f.last_tx < end]
+    damaged = [f for f in crossing if f.last_tx < end]  # type: ignore[operator]
     if not damaged:
         return none
     retired_us = round((max(f.t for f in damaged) - start) * 1e6, 1)
-    sent = [
-        f.last_tx for f in damaged if f.last_tx is not None and f.last_tx >= start
-    ]  # -inf: never
-    # The bulk, beside the last straggler: 90 % of the damaged EVs had carried their last
-    # data by then (one explored late costs a packet into the failure, and sets the last).
-    last_sends = sorted(max(f.last_tx - start, 0.0) for f in damaged if f.last_tx is not None)
+    # Counted from the failure's start (0: last used before it, or never). The bulk beside
+    # the last straggler: 90 % of the damaged EVs had carried their last data by then (one
+    # explored late costs a packet into the failure, and sets the last).
+    last_sends = sorted(max(f.last_tx - start, 0.0) for f in damaged)  # type: ignore[operator]
     return {
-        "avoided_us": round((max(sent) - start) * 1e6, 1) if sent else 0.0,
+        "avoided_us": round(last_sends[-1] * 1e6, 1),
         "avoided_p90_us": round(nearest_rank(last_sends, 90) * 1e6, 1),
         "avoided_from": "last_send",
         "retired_us": retired_us,

@@ -19,6 +19,7 @@ the simulator picked in its runs (named below), so the same element fails in bot
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
 MIB4 = 4 * 1024 * 1024  # the paper's 4 MiB flows
@@ -198,71 +199,52 @@ def spine_egress() -> list[tuple[str, str]]:
     return [c for s in range(1, SPINES + 1) for c in egress(f"spine{s}")]
 
 
-def _events(mode: str, k: dict[str, Any]) -> list:
-    """The scenario events of `mode` with the failed elements `k` (one entry of PICKS)."""
-    cable, switch_100us = k["cable"], k["switch_100us"]
-    pair_switch, pair_cable = k["pair_100us"]
-    ten_pct = [c for sw in k["ten_pct_switches"] for c in egress(sw)]
-    table: dict[str, Any] = {
-        "none": lambda: [],
-        "link-failed": lambda: _dead([cable]),
-        "link-failed-100us": lambda: _dead([k["cable_100us"]], AT_S, AT_S + FOR_S),
-        "switch-failed": lambda: _dead(egress(SWITCH)),
-        "switch-failed-100us": lambda: _dead(egress(switch_100us), AT_S, AT_S + FOR_S),
-        "link-drops-every-10th": lambda: _impaired([cable], drop_every=10),
-        "switch-drops-every-10th": lambda: _impaired(egress(SWITCH), drop_every=10),
-        "link-degraded": lambda: _lossy([cable], CABLE_DEGRADED_LOSS_PCT),
-        "switch-degraded": lambda: _lossy(egress(SWITCH), SWITCH_DEGRADED_LOSS_PCT),
-        # 1 % of packets corrupted: every cross-leaf packet crosses one uplink and one spine.
-        "link-ber-1pct": lambda: _impaired(uplinks(), corrupt_percent=BER_PCT),
-        "switch-ber-1pct": lambda: _impaired(spine_egress(), corrupt_percent=BER_PCT),
-        "10pct-switches-failed": lambda: _dead(ten_pct),
-        "10pct-links-failed": lambda: _dead(ten_percent_cables()),
-        "10pct-switches-degraded": lambda: _lossy(ten_pct, SWITCH_DEGRADED_LOSS_PCT),
-        "10pct-links-degraded": lambda: _lossy(ten_percent_cables(), CABLE_DEGRADED_LOSS_PCT),
-        "switch-flaps": _switch_flaps,
-        "link-flaps": _flaps,
-        "switch-and-link-failed-100us": lambda: _dead(
-            [*egress(pair_switch), pair_cable], AT_S, AT_S + FOR_S
-        ),
-        "switch-and-link-failed": lambda: _dead([*egress(SWITCH), SECOND_CABLE]),
-    }
-    return table[mode]()
+def _ten_pct_switches(k: dict[str, Any]) -> list[tuple[str, str]]:
+    return [c for sw in k["ten_pct_switches"] for c in egress(sw)]
 
 
-MODES = (
-    "none",
-    "link-failed",
-    "link-failed-100us",
-    "switch-failed",
-    "switch-failed-100us",
-    "link-drops-every-10th",
-    "switch-drops-every-10th",
-    "link-degraded",
-    "switch-degraded",
-    "link-ber-1pct",
-    "switch-ber-1pct",
-    "10pct-switches-failed",
-    "10pct-links-failed",
-    "10pct-switches-degraded",
-    "10pct-links-degraded",
-    "switch-flaps",
-    "link-flaps",
-    "switch-and-link-failed-100us",
-    "switch-and-link-failed",
-)
-"""The paper's failure modes (its failures_input files), in its order, with "none" first."""
+def _pair_100us(k: dict[str, Any]) -> list:
+    switch, cable = k["pair_100us"]
+    return _dead([*egress(switch), cable], AT_S, AT_S + FOR_S)
+
+
+MODE_EVENTS: dict[str, Callable[[dict[str, Any]], list]] = {
+    "none": lambda k: [],
+    "link-failed": lambda k: _dead([k["cable"]]),
+    "link-failed-100us": lambda k: _dead([k["cable_100us"]], AT_S, AT_S + FOR_S),
+    "switch-failed": lambda k: _dead(egress(SWITCH)),
+    "switch-failed-100us": lambda k: _dead(egress(k["switch_100us"]), AT_S, AT_S + FOR_S),
+    "link-drops-every-10th": lambda k: _impaired([k["cable"]], drop_every=10),
+    "switch-drops-every-10th": lambda k: _impaired(egress(SWITCH), drop_every=10),
+    "link-degraded": lambda k: _lossy([k["cable"]], CABLE_DEGRADED_LOSS_PCT),
+    "switch-degraded": lambda k: _lossy(egress(SWITCH), SWITCH_DEGRADED_LOSS_PCT),
+    # 1 % of packets corrupted: every cross-leaf packet crosses one uplink and one spine.
+    "link-ber-1pct": lambda k: _impaired(uplinks(), corrupt_percent=BER_PCT),
+    "switch-ber-1pct": lambda k: _impaired(spine_egress(), corrupt_percent=BER_PCT),
+    "10pct-switches-failed": lambda k: _dead(_ten_pct_switches(k)),
+    "10pct-links-failed": lambda k: _dead(ten_percent_cables()),
+    "10pct-switches-degraded": lambda k: _lossy(_ten_pct_switches(k), SWITCH_DEGRADED_LOSS_PCT),
+    "10pct-links-degraded": lambda k: _lossy(ten_percent_cables(), CABLE_DEGRADED_LOSS_PCT),
+    "switch-flaps": lambda k: _switch_flaps(),
+    "link-flaps": lambda k: _flaps(),
+    "switch-and-link-failed-100us": _pair_100us,
+    "switch-and-link-failed": lambda k: _dead([*egress(SWITCH), SECOND_CABLE]),
+}
+"""Each mode's scenario events, given the failed elements of one cell (an entry of PICKS)."""
 
 
 def mode_events(mode: str, fabric: str = "1to1", traffic: str = "permutation") -> list[dict]:
     """The scenario events of failure mode `mode` on `fabric` under `traffic`: the elements
     the authors' simulator failed in that cell (PICKS)."""
-    if mode not in MODES:
+    if mode not in MODE_EVENTS:
         raise ValueError(f"mode: one of {', '.join(MODES)}, got {mode!r}")
     if (fabric, traffic) not in PICKS:
         raise ValueError(f"fabric, traffic: one of {sorted(PICKS)}, got {(fabric, traffic)!r}")
-    return _events(mode, PICKS[(fabric, traffic)])
+    return MODE_EVENTS[mode](PICKS[(fabric, traffic)])
 
+
+MODES = tuple(MODE_EVENTS)
+"""The paper's failure modes (its failures_input files), in its order, with "none" first."""
 
 HTSIM_MODE = {
     "link-failed": "fail_one_cable",

@@ -28,7 +28,7 @@ from testbed.harness.records import (
     FlowRecord,
     Message,
     TransportRun,
-    last_tx_of,
+    failure_of,
     path_name,
 )
 from testbed.scenario import AllreduceWorkload, Scenario, TraceWorkload, flows, workload_hosts
@@ -243,15 +243,7 @@ def endpoint_run(
                 continue
             if kind == "ev" and r.get("new") == "failed":
                 retirements += 1
-                ev_failures.append(
-                    Failure(
-                        host,
-                        r["peer"],
-                        r["ev"],
-                        r["t"] - t0,
-                        last_tx_of(r, t0),
-                    )
-                )
+                ev_failures.append(failure_of(host, r, t0))
             elif kind == "msg" and r["side"] == "tx":
                 messages.append(Message(r["posted"] - t0, r["bytes"], r["acked"] - t0))
             elif kind == "counters":

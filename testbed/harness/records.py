@@ -45,11 +45,13 @@ class Failure:
     last_tx: float | None = None
 
 
-def last_tx_of(r: Mapping, t0: float) -> float | None:
-    """An `ev` record's last data send on the EV, from `t0` (see `Failure.last_tx`)."""
-    if "last_tx" not in r:
-        return None
-    return -math.inf if r["last_tx"] is None else r["last_tx"] - t0
+def failure_of(host: str, r: Mapping, t0: float) -> Failure:
+    """An `ev` record of a retirement on `host` as a Failure timed from `t0`; its `last_tx` is
+    -inf when the record says the EV never carried data, None when the record predates it."""
+    last_tx = None
+    if "last_tx" in r:
+        last_tx = -math.inf if r["last_tx"] is None else r["last_tx"] - t0
+    return Failure(host, r["peer"], r["ev"], r["t"] - t0, last_tx)
 
 
 @dataclass(frozen=True)
