@@ -70,6 +70,11 @@ def test_shipped_scenario_passes_quick_for_mrc(name, tmp_path):
             # wakes ~0.3-0.6 ms late at P99, more than half a 40 Mbps frame (docs/fidelity.md,
             # "How lateness is sampled"). The machine's fault; its numbers are not judged.
             pytest.skip(f"{why} (real time: the machine's fault, not the scenario's)")
+        if mrc["emulation"]["busy_elsewhere"]:
+            # Other processes or the hypervisor took a tenth of the cores during the last
+            # attempt (testbed.experiment.machine_load): raising N does not buy back time the
+            # machine gave away. The machine's fault, measured, not the emulator's.
+            pytest.skip(f"{why} ({mrc['emulation']['busy_elsewhere']})")
         # Under auto the runner raises N until the run keeps up: an invalid end is a defect.
         pytest.fail(f"{why} (after {mrc['emulation']['reruns']} auto reruns)", pytrace=False)
     assert proc.returncode == (0 if mrc["expectations"]["passed"] else 1), output

@@ -90,6 +90,13 @@ class Timing:
     switch_late_samples: int | None = None
     endpoint_late_samples: int | None = None
     missing: tuple[str, ...] = ()
+    # What the rest of the machine took (testbed.experiment.machine_load), not judged: shares
+    # of all cores used by processes outside the run and stolen by the hypervisor, and a
+    # sentence when together they reach BUSY_ELSEWHERE_SHARE. An invalid run with that
+    # sentence is the machine's fault; rerun it when the machine is quiet.
+    foreign_cpu: float | None = None
+    steal_cpu: float | None = None
+    busy_elsewhere: str | None = None
 
 
 @dataclass(frozen=True)
@@ -115,6 +122,9 @@ class Verdict:
             "switch_late_samples": timing.switch_late_samples,
             "endpoint_late_samples": timing.endpoint_late_samples,
             "kernel_drops": None if timing.kernel_drops is None else int(timing.kernel_drops),
+            "foreign_cpu": _round(timing.foreign_cpu, 3),
+            "steal_cpu": _round(timing.steal_cpu, 3),
+            "busy_elsewhere": timing.busy_elsewhere,
             "limits": {
                 "switch_late_us": _round(limits.switch_late_us, 3),
                 "endpoint_late_us": round(limits.endpoint_late_us, 3),

@@ -335,6 +335,8 @@ def _run_judged(
         r.verdict = judge(r.timing, limits)
         r.reruns = reruns
         progress.line(f"[{transport}] {banner(r.verdict, n)}")
+        if not r.verdict.valid and r.timing.busy_elsewhere:
+            progress.line(f"[{transport}] {r.timing.busy_elsewhere}: rerun when it is quiet")
         if (
             r.verdict.valid
             or not dilation.auto

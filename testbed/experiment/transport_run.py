@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from testbed.analysis.port_series import (
     sparse_json,
 )
 from testbed.analysis.validity import Thresholds, Timing, Verdict
+from testbed.experiment import machine_load
 from testbed.experiment.errors import RunError
 from testbed.experiment.monitor import Monitor, cpu_times, host_udp_drops
 from testbed.experiment.progress import Progress
@@ -177,6 +179,7 @@ def _drive(
     # The endpoint processes' own CPU so far, likewise (endpoint_stats.json; bench capacity).
     ep_at_go = driver.process_stats() if isinstance(driver, EndpointDriver) else None
     cpu0 = cpu_times()
+    machine0 = machine_load.snapshot()
     real0 = time.monotonic()
     t0 = driver.go()
     live = driver.live_bytes if isinstance(driver, EndpointDriver) else None
@@ -204,6 +207,7 @@ def _drive(
         end_s = min(clock.now(), deadline + clock.virtual(WAIT_GRACE_S)) - t0
         real_s = time.monotonic() - real0
         cpu1 = cpu_times()
+        machine1 = machine_load.snapshot()
     finally:
         timeline.cancel.set()
         monitor.stop_flag.set()
@@ -228,6 +232,13 @@ def _drive(
         ep_stats, monitor.jitter_p99_us(),
         limits.switch_late_us is not None,
     )  # fmt: skip
+    load = machine_load.foreign_load(machine0, machine1, os.getpid())
+    timing = replace(
+        timing,
+        foreign_cpu=load.foreign,
+        steal_cpu=load.steal,
+        busy_elsewhere=load.describe() if load.busy_elsewhere else None,
+    )
     emulation = Emulation(
         cpu_util=cpu_util,
         timer_jitter_us_p99=max(
