@@ -71,26 +71,27 @@ def test_a_quiet_machine_is_not_busy_elsewhere_and_a_reused_pid_counts_from_zero
     assert load.foreign == 5 / 1000 and not load.busy_elsewhere
 
 
-def test_a_real_busy_process_outside_the_tree_is_seen_and_our_own_child_is_not():
-    """On this machine: a spinning child of ours is the run's; a spinning process we detach
-    from our tree (re-parented to init) is someone else's."""
+def test_a_real_busy_process_outside_the_tree_is_seen_and_our_own_child_is_not(tmp_path):
+    """On this machine: a spinning child of ours is the run's; a spinning process detached
+    from our tree (re-parented to init) is someone else's. Each runs python through a symlink
+    of its own name, which becomes its process name."""
     spin = "import time\nt=time.monotonic()\nwhile time.monotonic()-t<1.0: pass"
-    # The detached spinner: a shell that starts it in the background and exits, so its
-    # parent becomes init (or a subreaper), outside our tree.
+    ours, theirs = tmp_path / "tbspin_ours", tmp_path / "tbspin_theirs"
+    for link in (ours, theirs):
+        link.symlink_to(sys.executable)
     before = snapshot()
-    ours = subprocess.Popen([sys.executable, "-c", spin])
-    subprocess.run(["sh", "-c", f"'{sys.executable}' -c '{spin}' >/dev/null 2>&1 &"], check=True)
-    ours.wait()
+    child = subprocess.Popen([str(ours), "-c", spin])
+    # A shell that starts the spinner in the background and exits: its parent becomes init
+    # (or a subreaper), outside our tree.
+    subprocess.run(["sh", "-c", f"'{theirs}' -c '{spin}' >/dev/null 2>&1 &"], check=True)
+    child.wait()
     time.sleep(0.1)
     after = snapshot()
-    load = foreign_load(before, after, root=os.getpid(), top=10)
-    names = [n for n, _ in load.top]
-    assert any(n.startswith("python") for n in names), load
-    # Only the detached spinner: about one core's worth of the window. Had our own spinner
-    # been counted too, it would be about two.
+    load = dict(foreign_load(before, after, root=os.getpid(), top=50).top)
+    assert "tbspin_ours" not in load, load
+    # About one core's worth of the ~1.1 s window, as a share of all cores.
     cores = os.cpu_count() or 1
-    spinners = sum(s for n, s in load.top if n.startswith("python"))
-    assert 0.3 / cores < spinners < 1.0 / cores + 0.1, load
+    assert 0.3 / cores < load.get("tbspin_theirs", 0) < 1.0 / cores + 0.1, load
 
 
 def test_the_verdict_reports_the_machine_load_and_does_not_judge_it():
