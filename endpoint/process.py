@@ -201,6 +201,8 @@ class EndpointProcess(ControlHandlers, Recording):
         # The last read found datagrams: poll on a timer instead of waking per packet.
         self._busy = False
         self._polling = False
+        self._sleep_until = self._woken_at = self.clock()
+        self.timer_late_worst: dict[str, float] | None = None
 
     def work(self, now: float) -> tuple[float, bool]:
         """A turn's work at `now`: timers, the jobs, a transmit pass, ticks. Returns when the
@@ -215,7 +217,10 @@ class EndpointProcess(ControlHandlers, Recording):
             # The wake-up's lateness against the earliest timer that was due, taken before
             # the datagrams are read: ACKs that move the timer do not make a late wake-up on
             # time (sampling after them hid the overloaded case).
-            self.timer_late.add((now - t_next) * 1e6)
+            late_us = (now - t_next) * 1e6
+            if late_us > self.timer_late.max_us:
+                self._note_worst(now, t_next)
+            self.timer_late.add(late_us)
             # Read what already arrived before any timer fires: after the process was
             # descheduled for a while (2 shared cores), the ACKs of the packets whose RTO is
             # "due" are usually sitting in the socket, and firing first would retire every EV
@@ -236,13 +241,27 @@ class EndpointProcess(ControlHandlers, Recording):
         # A job's timer is a timer of this process: its lateness counts like the transport's.
         self._t_next = t_next if job_t is None or (t_next is not None and t_next < job_t) else job_t
         self._polling = self._busy and self._coalesce > 0
-        return self._deadline(now, self._t_next, wake, self._polling, self._coalesce), (
-            self._polling
-        )
+        self._sleep_until = self._deadline(now, self._t_next, wake, self._polling, self._coalesce)
+        return self._sleep_until, self._polling
+
+    def _note_worst(self, now: float, due: float) -> None:
+        """Where the worst wake-up's lateness went, for a verdict that must say why: the sleep
+        (woken after the deadline the last turn set: the machine did not run us) or the turn
+        after it (woken on time, then `woken` and the turns of other hosts took the time).
+        Virtual seconds; only a new maximum pays for this."""
+        self.timer_late_worst = {
+            "at": now,
+            "due": due,
+            "sleep_until": self._sleep_until,
+            "woken_at": self._woken_at,
+            "overslept_us": (self._woken_at - self._sleep_until) * 1e6,
+            "turn_us": (now - self._woken_at) * 1e6,
+        }
 
     def woken(self, readable: list, writable: list, now: float) -> None:
         """What woke the turn's sleep: the data sockets (all of them while polling), then the
         control socket, its clients and the signal pipe."""
+        self._woken_at = now
         socks = self.rx if self._polling else readable
         got = self._read(socks, self._rx_set, self._batch, self.cfg.rx_batch, now)
         self._busy = got > 0

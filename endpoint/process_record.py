@@ -178,6 +178,7 @@ class Recording:
             "timer_late_us_p99": self.timer_late.percentile(99),
             "timer_late_samples": self.timer_late.n,
             "timer_late_us_max": self.timer_late.max_us,
+            "timer_late_worst": self.timer_late_worst,
             "timer_late_hist": self.timer_late.to_json(),
             # NIC time lost while frames waited for it (endpoint.pacer): the process did not
             # keep up with its own NIC.
