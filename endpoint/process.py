@@ -202,7 +202,11 @@ class EndpointProcess(ControlHandlers, Recording):
         self._busy = False
         self._polling = False
         self._sleep_until = self._woken_at = self.clock()
-        self.timer_late_worst: dict[str, float] | None = None
+        self.timer_late_worst: dict[str, float | None] | None = None
+        self._select_timeout: float | None = None
+        self._t_next_at = self._sleep_until
+        self.timer_armed_overdue = 0
+        self.timer_armed_overdue_us_max = 0.0
 
     def work(self, now: float) -> tuple[float, bool]:
         """A turn's work at `now`: timers, the jobs, a transmit pass, ticks. Returns when the
@@ -216,8 +220,12 @@ class EndpointProcess(ControlHandlers, Recording):
         if t_next is not None and t_next <= now:
             # The wake-up's lateness against the earliest timer that was due, taken before
             # the datagrams are read: ACKs that move the timer do not make a late wake-up on
-            # time (sampling after them hid the overloaded case).
-            late_us = (now - t_next) * 1e6
+            # time (sampling after them hid the overloaded case). Late from when the loop
+            # could first know the timer: a transport can arm one already overdue (the RTO of
+            # a packet sent long ago, once an ACK ends the backoff), and the loop cannot be
+            # late for it before the turn that armed it (`timer_armed_overdue`).
+            known = self._t_next_at
+            late_us = (now - (t_next if t_next > known else known)) * 1e6
             if late_us > self.timer_late.max_us:
                 self._note_worst(now, t_next)
             self.timer_late.add(late_us)
@@ -240,6 +248,14 @@ class EndpointProcess(ControlHandlers, Recording):
         job_t = self._job_deadline
         # A job's timer is a timer of this process: its lateness counts like the transport's.
         self._t_next = t_next if job_t is None or (t_next is not None and t_next < job_t) else job_t
+        self._t_next_at = now
+        if self._t_next is not None and self._t_next < now:
+            # Armed already overdue: the transport's doing, not the loop's (reported, not
+            # judged); it fires on the next turn, after the datagrams waiting are read.
+            self.timer_armed_overdue += 1
+            over_us = (now - self._t_next) * 1e6
+            if over_us > self.timer_armed_overdue_us_max:
+                self.timer_armed_overdue_us_max = over_us
         self._polling = self._busy and self._coalesce > 0
         self._sleep_until = self._deadline(now, self._t_next, wake, self._polling, self._coalesce)
         return self._sleep_until, self._polling
@@ -256,6 +272,9 @@ class EndpointProcess(ControlHandlers, Recording):
             "woken_at": self._woken_at,
             "overslept_us": (self._woken_at - self._sleep_until) * 1e6,
             "turn_us": (now - self._woken_at) * 1e6,
+            # The last sleep's timeout in real seconds (None in endpoint.shared's loop).
+            "select_timeout_s": self._select_timeout,
+            "known_at": self._t_next_at,
         }
 
     def woken(self, readable: list, writable: list, now: float) -> None:
@@ -296,6 +315,7 @@ class EndpointProcess(ControlHandlers, Recording):
         while ``polling``); returns the readable and the writable ones."""
         rlist, wlist = self.watched(polling)
         timeout = (deadline - self.clock()) * self.dilation
+        self._select_timeout = timeout  # real seconds asked for (timer_late_worst)
         readable, writable, _ = select.select(rlist, wlist, [], timeout if timeout > 0 else 0)
         return readable, writable
 

@@ -179,6 +179,10 @@ class Recording:
             "timer_late_samples": self.timer_late.n,
             "timer_late_us_max": self.timer_late.max_us,
             "timer_late_worst": self.timer_late_worst,
+            # Timers the transport armed already due, and by how much at most (virtual µs):
+            # its own behaviour, not lateness of this process (endpoint.process, `work`).
+            "timer_armed_overdue": self.timer_armed_overdue,
+            "timer_armed_overdue_us_max": self.timer_armed_overdue_us_max,
             "timer_late_hist": self.timer_late.to_json(),
             # NIC time lost while frames waited for it (endpoint.pacer): the process did not
             # keep up with its own NIC.
