@@ -572,6 +572,10 @@ def test_a_transport_may_be_a_configuration_under_its_own_label() -> None:
     )
     tcfg = job_transport_config(cfg, job_request(sc, "mrc"))
     assert (tcfg.ack_timeout, tcfg.retry_linear_cnt, tcfg.retry_exp_cnt) == (8, 7, 3)
+    # The copies of a last-resort resend: 3 unless a scenario says otherwise.
+    assert job_transport_config(cfg, job_request(sc, "mrc")).tail_copies == 3
+    sc = validate(_with_transport({"name": "mrc", "tail_copies": 1}))
+    assert job_transport_config(cfg, job_request(sc, "mrc")).tail_copies == 1
 
 
 @pytest.mark.parametrize(
@@ -593,6 +597,8 @@ def test_a_transport_may_be_a_configuration_under_its_own_label() -> None:
             "once",
         ),
         ([{"name": "mrc", "ack_timeout": 25}], "transport[0].ack_timeout", "less than or equal"),
+        ([{"name": "mrc", "tail_copies": 0}], "transport[0].tail_copies", "greater than or equal"),
+        ([{"name": "roce", "tail_copies": 1}], "transport[0]", "tail_copies: only for name mrc"),
         (
             [{"name": "mrc", "retry_exp_cnt": 26}],
             "transport[0].retry_exp_cnt",

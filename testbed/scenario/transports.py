@@ -82,6 +82,11 @@ class TransportSpec(StrictModel):
     # QPs per peer (endpoint.workloads.Job): each message striped over this many QPs, each with
     # its own source port, as RDMA collectives spread a connection (NCCL_IB_QPS_PER_CONNECTION).
     qps: int | None = Field(default=None, ge=1, le=16)
+    # mrc: copies (on distinct EVs) of a last-resort resend, an RTO's or a tail-loss probe's
+    # (endpoint.sender._send_copies; 3 by default). 1 sends none, as a simulator's plain RTO:
+    # the REPS grid's 8:1 incast measured what the copies cost where the receiver's side is
+    # the bottleneck (docs/fidelity.md, Published results).
+    tail_copies: int | None = Field(default=None, ge=1, le=16)
     cc: CcSpec | None = None
 
     @model_validator(mode="after")
@@ -99,6 +104,8 @@ class TransportSpec(StrictModel):
                     f"{key}: only for name mrc or spray-no-failover (MRC's QP attributes; "
                     "roce has rc_timeout and rc_retry_cnt)"
                 )
+        if self.tail_copies is not None and self.name != "mrc":
+            raise ValueError("tail_copies: only for name mrc (the others send no copies)")
         return self
 
     @property
@@ -117,7 +124,7 @@ class TransportSpec(StrictModel):
             out["lb"] = self.lb
         if self.ev_weight_on_ecn is not None:
             out["ev_weight_on_ecn"] = self.ev_weight_on_ecn
-        for key in ("rc_timeout", "rc_retry_cnt", "qps", *MRC_QP_KEYS):
+        for key in ("rc_timeout", "rc_retry_cnt", "qps", "tail_copies", *MRC_QP_KEYS):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         if self.cc is not None:
