@@ -44,6 +44,29 @@ def test_every_load_balancer_and_the_incast_are_valid(row: str) -> None:
     assert 0 not in leaf_of.values()  # no sender on the receiver's leaf
 
 
+def test_the_rows_without_copies_send_none_and_meet_the_simulators_rows() -> None:
+    """The simulator resends without copies: `reps-1copy` and `oblivious-1copy` are its
+    `reps` and `spraying` with MRC's copies off, and a grid runs them only when asked."""
+    from endpoint.process_config import EndpointConfig, job_transport_config
+    from testbed.bench.reps_grid import HTSIM_NAMES, _chosen
+    from testbed.harness.endpoint_driver import job_request
+
+    cfg = EndpointConfig.from_obj({"hosts": {"h1": ["10.1.1.1"], "h2": ["10.1.2.1"]}})
+    for row, sim in (("reps-1copy", "reps"), ("oblivious-1copy", "spraying")):
+        sc = load(g.scenario("8to1", "incast", "switch-failed", row))
+        tcfg = job_transport_config(cfg, job_request(sc, row))
+        assert tcfg.tail_copies == 1 and tcfg.lb == row.split("-")[0]
+        assert HTSIM_NAMES["row"][row] == sim
+    assert (
+        job_transport_config(
+            cfg, job_request(load(g.scenario("8to1", "incast", "none", "reps")), "reps")
+        ).tail_copies
+        == 3
+    )
+    rows = {c[3] for c in _chosen(None, None, None, None, {})}
+    assert rows == set(g.DEFAULT_ROWS) and "reps-1copy" not in rows
+
+
 def test_the_permutation_leaves_every_leaf_and_uses_4_mib_flows() -> None:
     from testbed.scenario.traffic import flows
 
@@ -391,7 +414,7 @@ def test_read_back_judges_the_cells_in_a_folder_and_runs_none(tmp_path: Path, ca
     assert [c["row"] for c in d["cells"]] == ["reps"] and d["cells"][0]["median_us"] == 60.0
     assert d["cells"][0]["htsim"]["file"].startswith("ls_1to1__perm__fail_one_cable_after")
     assert "1to1-permutation-link-failed-100us-oblivious" in d["missing"]
-    assert len(d["missing"]) == len(g.ROWS) - 1
+    assert len(d["missing"]) == len(g.DEFAULT_ROWS) - 1
     assert main(["bench", "reps-grid", "--read-back", "--out", str(tmp_path), "--modes",
                  "link-failed-100us", "--fabrics", "1to1", "--traffic", "permutation"]) == 0  # fmt: skip
     assert "not in the folder (not run): 4 cells" in capsys.readouterr().out

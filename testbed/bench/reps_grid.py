@@ -35,6 +35,7 @@ from testbed.bench.reps_grid_figures import (
     switch_drops,
 )
 from testbed.bench.reps_grid_scenarios import (
+    DEFAULT_ROWS,
     FABRICS,
     HTSIM_MODE,
     MODES,
@@ -54,7 +55,14 @@ HTSIM_RESULTS = Path(__file__).resolve().parents[2] / "tools" / "reps_htsim" / "
 HTSIM_NAMES = {
     "fabric": {"1to1": "ls_1to1", "8to1": "ls_8to1"},
     "traffic": {"permutation": "perm", "incast": "incast8"},
-    "row": {"reps": "reps", "oblivious": "spraying", "single-path": "ecmp"},
+    "row": {
+        "reps": "reps",
+        "oblivious": "spraying",
+        "single-path": "ecmp",
+        # The simulator resends without copies: its rows are these rows' references too.
+        "reps-1copy": "reps",
+        "oblivious-1copy": "spraying",
+    },
 }
 """Grid names -> the file names of tools/reps_htsim/results: `oblivious` is the paper's
 `spraying`, and a one-path row is compared with its ECMP (one hashed path per flow)."""
@@ -171,7 +179,7 @@ def _chosen(
     fabs = _pick(fabrics, tuple(FABRICS), default.get("fabrics", FABRICS), "fabrics")
     trs = _pick(traffic, TRAFFIC, default.get("traffic", TRAFFIC), "traffic")
     mds = _pick(modes, MODES, default.get("modes", MODES), "modes")
-    rws = _pick(rows, tuple(ROWS), default.get("rows", ROWS), "rows")
+    rws = _pick(rows, tuple(ROWS), default.get("rows", DEFAULT_ROWS), "rows")
     return [(f, t, m, r) for f in fabs for t in trs for m in mds for r in rws]
 
 

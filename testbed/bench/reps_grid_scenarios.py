@@ -62,9 +62,18 @@ ROWS: dict[str, Any] = {
     "wrr": {"name": "mrc", "label": "wrr", "lb": "wrr", "evs": EVS},
     "single-path": "single-path",
     "roce": "roce",
-}
+    # The two balancers without MRC's copies of a last-resort resend (3 by default), as the
+    # authors' simulator resends: the copies cost the receiver's side capacity in the 8:1
+    # incast (docs/fidelity.md, Published results). Run on request (`--rows`), not by default.
+    "reps-1copy": {"name": "mrc", "label": "reps-1copy", "lb": "reps", "evs": EVS,
+                   "tail_copies": 1},
+    "oblivious-1copy": {"name": "mrc", "label": "oblivious-1copy", "lb": "oblivious",
+                        "evs": EVS, "tail_copies": 1},
+}  # fmt: skip
 """The load balancers: REPS, oblivious spraying (the paper's "spraying"), MRC's weighted
 round-robin, and the one-path floors."""
+DEFAULT_ROWS = ("reps", "oblivious", "wrr", "single-path", "roce")
+"""The rows of a grid whose `--rows` is not given (and of a read-back's missing cells)."""
 
 # The failed elements: those the authors' simulator failed in its REPS runs of the same fabric
 # and traffic (tools/reps_htsim/results, `failure_events`: its generator fails the first element

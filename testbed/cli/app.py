@@ -412,7 +412,7 @@ def _bench_and_lab_commands(sub) -> None:
         ("fabrics", "1to1, 8to1"),
         ("traffic", "permutation, incast"),
         ("modes", "failure modes, e.g. none,link-failed (docs/fidelity.md, Published results)"),
-        ("rows", "reps, oblivious, wrr, single-path, roce"),
+        ("rows", "reps, oblivious, wrr, single-path, roce (default), reps-1copy, oblivious-1copy"),
     ):
         be.add_argument(
             f"--{key}", metavar="A,B", type=_comma_list, help=f"reps-grid: only these {what}"
