@@ -301,7 +301,9 @@ RUNNER_KEYS: dict[str, str] = {
     "emulation.datapath": "`c` or `python`: what forwarded",
     "emulation.payload": "`real` or `virtual`",
     "transports.*.emulation": "that transport's own run: its verdict, measured values and "
-    "limits, `reruns` (auto's reruns at a higher N), `rss_peak_mb`",
+    "limits, `reruns` (auto's reruns at a higher N), `rss_peak_mb`, and what the rest of the "
+    "machine took, not judged: `foreign_cpu` and `steal_cpu` (shares of all cores) and "
+    "`busy_elsewhere` (a sentence when they reach 10 %)",
     "transports.*.applied_events": "when each event was applied in that transport's run",
     "transports.*.note": "a one-line note about the run, when there is one",
     "transports.*.ev_retirements": "EVs retired (endpoint transports)",

@@ -105,3 +105,19 @@ def test_the_verdict_reports_the_machine_load_and_does_not_judge_it():
     assert not verdict.valid and len(verdict.reasons) == 1  # the switch lateness alone
     block = verdict.summary(timing, limits)
     assert block["foreign_cpu"] == 0.3 and block["busy_elsewhere"].startswith("the machine")
+
+
+def test_the_report_shows_the_busiest_transports_load_from_elsewhere():
+    from testbed.analysis.report import LOAD_HEADER, load_row
+
+    summary = {
+        "emulation": {"cpu_util": 0.42, "timer_jitter_us_p99": 3.0, "kernel_drops": 0},
+        "transports": {
+            "mrc": {"emulation": {"foreign_cpu": 0.02, "steal_cpu": 0.01}},
+            "tcp": {"emulation": {"foreign_cpu": 0.2, "steal_cpu": 0.05}},
+        },
+    }
+    row = dict(zip(LOAD_HEADER, load_row(summary), strict=True))
+    assert row["of it other processes + steal"] == "20% + 5%"
+    summary["transports"] = {"mrc": {"emulation": {"valid": True}}}  # an older summary
+    assert load_row(summary)[1] == "not measured"
