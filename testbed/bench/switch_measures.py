@@ -122,9 +122,13 @@ def measure_shaper(bed: Bed, mbps: float, t: Timing) -> dict:
         start = time.monotonic()
         _sleep_until(start + t.warmup_s)
         cpu0, steal0 = dut.cpu(bed), proc_stat_ns([bed.gen_cpu, bed.dut_cpu], STEAL_COLUMNS)
+        r0 = time.monotonic()
         t0, s0 = bed.sink()
+        read0 = time.monotonic() - r0
         _sleep_until(t0 + t.shaper_window_s)
+        r1 = time.monotonic()
         t1, s1 = bed.sink()
+        read1 = time.monotonic() - r1
         cpu1, steal1 = dut.cpu(bed), proc_stat_ns([bed.gen_cpu, bed.dut_cpu], STEAL_COLUMNS)
         late = dut.counters()["timer_late_us_p99"]
         sent = json.loads(bed.finish(gen, timeout=t.shaper_window_s + 10))
@@ -135,6 +139,11 @@ def measure_shaper(bed: Bed, mbps: float, t: Timing) -> dict:
         "mbps": mbps,
         "measured_mbps": round(measured, 3),
         "error_pct": round((measured - mbps) / mbps * 100, 3),
+        # Each counter reading is an `ip` process: the counters were read somewhere within
+        # it, its midpoint is the time taken, so the window is known to half of each read's
+        # duration. On a loaded machine a read took tens of ms: a 200 Mbps shaper read 3.7 %
+        # over its rate in a 1 s window (CI, 2026-12-07). The bound of that error, in %.
+        "read_uncertainty_pct": round(100 * (read0 + read1) / 2 / (t1 - t0), 2),
         "offered_mbps": round(sent["sent_bytes"] * 8 / sent["elapsed_s"] / 1e6, 2),
         "trims": info.get("trims"),
         "dut_cpu_share": round((cpu1[0] - cpu0[0]) / 1e9 / (t1 - t0), 2),
