@@ -141,8 +141,10 @@ def measure_shaper(bed: Bed, mbps: float, t: Timing) -> dict:
         "error_pct": round((measured - mbps) / mbps * 100, 3),
         # Each counter reading is an `ip` process: the counters were read somewhere within
         # it, its midpoint is the time taken, so the window is known to half of each read's
-        # duration. On a loaded machine a read took tens of ms: a 200 Mbps shaper read 3.7 %
-        # over its rate in a 1 s window (CI, 2026-12-07). The bound of that error, in %.
+        # duration. The bound of that error, in %. Measured 2026-12-07: a read takes 1.6 ms
+        # (median; 3.6 max) idle, 3.9 ms (9.4 max) with three busy processes on two cores,
+        # under 1 % of a 1 s window: it does not account for the 3.7 % by which CI read a
+        # 200 Mbps shaper over its rate that day, whose cause is not known.
         "read_uncertainty_pct": round(100 * (read0 + read1) / 2 / (t1 - t0), 2),
         "offered_mbps": round(sent["sent_bytes"] * 8 / sent["elapsed_s"] / 1e6, 2),
         "trims": info.get("trims"),
