@@ -179,6 +179,25 @@ def test_nearest_rank_and_fct_figures_never_hide_an_unfinished_flow() -> None:
     assert (done["median_us"], done["p99_us"], done["max_us"]) == (60.0, 70.0, 70.0)
 
 
+def test_the_tail_figure_names_the_slowest_flow_and_what_it_resent() -> None:
+    flows = [
+        {"src": "h1", "dst": "h9", "fct_ms": 0.30, "retransmits": {"loss": 2}},
+        {"src": "h2", "dst": "h10", "fct_ms": 0.45, "retransmits": {"tlp": 1, "loss": 3}},
+        {"src": "h3", "dst": "h11", "fct_ms": 0.41},
+    ]
+    t = fct_figures(flows)["tail"]
+    assert t == {
+        "flow": "h2->h10",
+        "fct_us": 450.0,
+        "after_second_us": 40.0,
+        "retransmits": {"loss": 3, "tlp": 1},
+    }
+    stuck = fct_figures(flows + [{"src": "h4", "dst": "h12", "fct_ms": None}])["tail"]
+    assert stuck["flow"] == "h4->h12" and stuck["fct_us"] is None
+    assert stuck["after_second_us"] is None and stuck["retransmits"] == {}
+    assert fct_figures([])["tail"] is None
+
+
 def _write_run(tmp: Path) -> Path:
     """A run folder as the runner leaves it, with the records the figures read."""
     raw = tmp / "raw" / "reps"

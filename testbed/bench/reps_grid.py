@@ -395,6 +395,8 @@ def format_reps_grid_table(d: dict) -> str:
                 f"{_us(c['p99_us'], c['unfinished']):>12} {_us(c['max_us'], c['unfinished']):>12} "
                 f"{c['nacks']:>7} {ooo:>6} {c['ooo_max_psns']:>7} {avoid:>14}  {drops}; {verdict}"
             )
+            if c.get("tail"):
+                lines.append(f"  {'':<16} slowest flow: {_tail(c['tail'])}")
         for c in refs:
             h, dd = c["htsim"], c["htsim_diff_pct"]
             gap = [
@@ -412,6 +414,14 @@ def format_reps_grid_table(d: dict) -> str:
     for cl in d["claims"]:
         lines.append(f"  {cl['verdict'].upper():<13} {cl['claim']}")
     return "\n".join(lines)
+
+
+def _tail(t: dict) -> str:
+    """The slowest flow in one line: who, when, by how much it trailed, what it resent."""
+    when = "unfinished" if t["fct_us"] is None else f"{t['fct_us']:,.0f} µs"
+    gap = "" if t["after_second_us"] is None else f", +{t['after_second_us']:.0f} after the next"
+    resent = ", ".join(f"{k} {v}" for k, v in t["retransmits"].items()) or "nothing"
+    return f"{t['flow']} {when}{gap}; resent {resent}"
 
 
 def _avoid(c: dict) -> str:

@@ -49,6 +49,33 @@ def fct_figures(flows: list[dict]) -> dict[str, Any]:
         "median_us": pick(50),
         "p99_us": pick(99),
         "max_us": pick(100),
+        "tail": tail_figures(flows),
+    }
+
+
+def tail_figures(flows: list[dict]) -> dict[str, Any] | None:
+    """What the slowest flow waited for: with one seed and 32 flows a P99 is that one flow, so
+    a gap to the simulator or between balancers is explained (or not) by it. Its sender's
+    resends by reason (`tlp`: its last packets met a failure with nothing behind them to
+    reveal the loss; `rto`; `loss`: found by later packets' ACKs; `nack`, `trim`...), and how
+    long after the second slowest it finished. An unfinished flow is the slowest."""
+    if not flows:
+        return None
+
+    def key(f: dict) -> float:
+        return math.inf if f.get("fct_ms") is None else f["fct_ms"]
+
+    ranked = sorted(flows, key=key)
+    last = ranked[-1]
+    fct = None if last.get("fct_ms") is None else round(last["fct_ms"] * 1000.0, 1)
+    second = ranked[-2].get("fct_ms") if len(ranked) > 1 else None
+    return {
+        "flow": f"{last.get('src')}->{last.get('dst')}",
+        "fct_us": fct,
+        "after_second_us": (
+            None if fct is None or second is None else round(fct - second * 1000.0, 1)
+        ),
+        "retransmits": dict(sorted((last.get("retransmits") or {}).items())),
     }
 
 
