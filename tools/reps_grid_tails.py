@@ -1,0 +1,155 @@
+"""What a REPS-grid cell's slow flows waited for, read from its run folder (issue 35's gaps).
+
+Run from the checkout: `.venv/bin/python tools/reps_grid_tails.py RUN_DIR [--spine spine4]`.
+For each flow, slowest last: its FCT, how its sender first found the failure (the first EV
+it retired, by reason, in µs after the workload's go: `loss` when later packets' ACKs exposed
+it, `rto` when only the retransmission timeout did) and when its receiver placed nothing
+(13 µs sub-bins between its first and last placed byte). With `--spine`, per 130 µs bin, the
+share of data bytes the senders put on EVs whose data path crosses that spine: how soon the
+balancer left a dead switch. docs/measurements/2026-12-07-reps-grid-8to1-gaps.md reads it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+from testbed.harness.ev_controller import path_links
+from testbed.harness.records import endpoint_records
+from testbed.scenario.schema import Scenario
+
+
+def _entry(run: Path) -> tuple[str, dict]:
+    summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    ((key, entry),) = summary["transports"].items()
+    return key, entry
+
+
+def stalls_us(recs: list[dict], go: float) -> list[tuple[float, float]]:
+    """The receiver's stretches with nothing placed, (from, to) in µs after go, between its
+    first and last placed byte (a `bin` record's `t` is its start, `ms` its sub-bins)."""
+    subs: list[tuple[float, int]] = []
+    for r in recs:
+        if r.get("type") != "bin":
+            continue
+        width = r["dt"] / len(r["ms"])
+        subs += [((r["t"] + i * width - go) * 1e6, b) for i, b in enumerate(r["ms"])]
+    subs.sort()
+    placed = [i for i, (_, b) in enumerate(subs) if b > 0]
+    if not placed:
+        return []
+    width_us = subs[1][0] - subs[0][0] if len(subs) > 1 else 0.0
+    out: list[tuple[float, float]] = []
+    for t, b in subs[placed[0] : placed[-1] + 1]:
+        if b:
+            continue
+        if out and abs(out[-1][1] - t) < width_us / 2:
+            out[-1] = (out[-1][0], t + width_us)
+        else:
+            out.append((t, t + width_us))
+    return [(round(a), round(b)) for a, b in out]
+
+
+def first_failures(recs: list[dict], go: float) -> dict[str, float]:
+    """The first EV retirement of each reason, in µs after go."""
+    first: dict[str, float] = {}
+    for r in recs:
+        if r.get("type") == "ev" and r.get("new") == "failed":
+            first.setdefault(r.get("reason", "?"), round((r["t"] - go) * 1e6))
+    return first
+
+
+def flow_rows(run: Path) -> list[dict]:
+    """One row per flow, slowest last."""
+    key, entry = _entry(run)
+    records, go = endpoint_records(run / "raw" / key)
+    if go is None:
+        raise SystemExit(f"{run}: no workload start (go) in the records")
+    rows = []
+    for f in entry["flows"]:
+        first = first_failures(records.get(f["src"], []), go)
+        rows.append(
+            {
+                "flow": f"{f['src']}->{f['dst']}",
+                "fct_us": None if f["fct_ms"] is None else round(f["fct_ms"] * 1000, 1),
+                "first_found_by": min(first, key=first.get) if first else None,
+                "first_failures_us": first,
+                "receiver_stalled_us": stalls_us(records.get(f["dst"], []), go),
+            }
+        )
+    return sorted(rows, key=lambda r: float("inf") if r["fct_us"] is None else r["fct_us"])
+
+
+def spine_share(run: Path, sc: Scenario, spine: str) -> dict[int, tuple[float, int]]:
+    """Per 130 µs bin (its start in µs after go, rounded to a bin): (share of the data bytes
+    sent on EVs whose data path crosses `spine`, bytes sent). Only bytes to the sender's own
+    flow's destination count: the address it sent most bytes to (its ACKs to the host that
+    sends to it are a few bytes each)."""
+    key, entry = _entry(run)
+    records, go = endpoint_records(run / "raw" / key)
+    fab = sc.fabric()
+    dst_of = {f["src"]: f["dst"] for f in entry["flows"]}
+    crosses: dict[tuple[str, int], bool] = {}
+    dead: dict[int, int] = defaultdict(int)
+    sent: dict[int, int] = defaultdict(int)
+    for src, dst in dst_of.items():
+        evtx = [r for r in records[src] if r.get("type") == "evtx"]
+        by_ip: dict[str, int] = defaultdict(int)
+        for r in evtx:
+            for k, n in r["bytes"].items():
+                by_ip[k.split(":")[0]] += n
+        data_ip = max(by_ip, key=by_ip.get) if by_ip else None  # ACKs are a few bytes each
+        for r in evtx:
+            b = round((r["t"] - go) / r["dt"])
+            for k, n in r["bytes"].items():
+                ip, ev = k.split(":")[0], int(k.split(":")[1])
+                if ip != data_ip:
+                    continue
+                if (src, ev) not in crosses:
+                    links = path_links(fab, src, dst, ev, sc.seed)
+                    crosses[(src, ev)] = any(spine in link for link in links)
+                sent[b] += n
+                dead[b] += n if crosses[(src, ev)] else 0
+    bin_us = 130
+    return {b * bin_us: (dead[b] / sent[b], sent[b]) for b in sorted(sent) if sent[b]}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run", type=Path, help="a cell's run folder (summary.json, raw/)")
+    ap.add_argument("--spine", help="also: per bin, the share of data sent through this spine")
+    args = ap.parse_args(argv)
+    rows = flow_rows(args.run)
+    for r in rows:
+        print(
+            f"{r['flow']:>9}  FCT {r['fct_us']} µs  first found by {r['first_found_by']} "
+            f"{r['first_failures_us']}  receiver idle {r['receiver_stalled_us']}"
+        )
+    by_rto = [r for r in rows if r["first_found_by"] == "rto"]
+    rest = [r for r in rows if r["first_found_by"] != "rto" and r["fct_us"] is not None]
+    if by_rto:
+        print(
+            f"{len(by_rto)} of {len(rows)} flows first found the failure by an RTO, at "
+            f"{statistics.median(r['first_failures_us']['rto'] for r in by_rto):.0f} µs "
+            f"(median); their median FCT "
+            f"{statistics.median(r['fct_us'] for r in by_rto if r['fct_us'] is not None):.0f} µs, "
+            f"the others' {statistics.median(r['fct_us'] for r in rest):.0f} µs; "
+            f"{sum(r in by_rto for r in rows[-8:])} of the 8 slowest"
+        )
+    if args.spine:
+        from testbed.experiment.api import load
+
+        summary = json.loads((args.run / "summary.json").read_text(encoding="utf-8"))
+        sc = load(summary["provenance"]["scenario"])
+        share = spine_share(args.run, sc, args.spine)
+        print(
+            f"share of data sent on EVs through {args.spine}, per 130 µs bin after go: "
+            + ", ".join(f"{t}: {100 * s:.1f} % of {n / 1e6:.1f} MB" for t, (s, n) in share.items())
+        )
+
+
+if __name__ == "__main__":
+    main()
