@@ -117,6 +117,10 @@ def spine_share(run: Path, sc: Scenario, spine: str) -> dict[int, tuple[float, i
     return {b * bin_us: (dead[b] / sent[b], sent[b]) for b in sorted(sent) if sent[b]}
 
 
+def _median(values: list[float]) -> str:
+    return f"{statistics.median(values):.0f}" if values else "-"
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", type=Path, help="a cell's run folder (summary.json, raw/)")
@@ -131,12 +135,12 @@ def main(argv: list[str] | None = None) -> None:
     by_rto = [r for r in rows if r["first_found_by"] == "rto"]
     rest = [r for r in rows if r["first_found_by"] != "rto" and r["fct_us"] is not None]
     if by_rto:
+        done = [r["fct_us"] for r in by_rto if r["fct_us"] is not None]
         print(
             f"{len(by_rto)} of {len(rows)} flows first found the failure by an RTO, at "
             f"{statistics.median(r['first_failures_us']['rto'] for r in by_rto):.0f} µs "
-            f"(median); their median FCT "
-            f"{statistics.median(r['fct_us'] for r in by_rto if r['fct_us'] is not None):.0f} µs, "
-            f"the others' {statistics.median(r['fct_us'] for r in rest):.0f} µs; "
+            f"(median); their median FCT {_median(done)} µs, the others' "
+            f"{_median([r['fct_us'] for r in rest])} µs; "
             f"{sum(r in by_rto for r in rows[-8:])} of the 8 slowest"
         )
     if args.spine:
