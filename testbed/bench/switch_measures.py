@@ -139,12 +139,12 @@ def measure_shaper(bed: Bed, mbps: float, t: Timing) -> dict:
         "mbps": mbps,
         "measured_mbps": round(measured, 3),
         "error_pct": round((measured - mbps) / mbps * 100, 3),
-        # Each counter reading is an `ip` process: the counters were read somewhere within
-        # it, its midpoint is the time taken, so the window is known to half of each read's
-        # duration. The bound of that error, in %. Measured 2026-12-07: a read takes 1.6 ms
-        # (median; 3.6 max) idle, 3.9 ms (9.4 max) with three busy processes on two cores,
-        # under 1 % of a 1 s window: it does not account for the 3.7 % by which CI read a
-        # 200 Mbps shaper over its rate that day, whose cause is not known.
+        # The counters were read somewhere within each reading, its midpoint is the time
+        # taken, so the window is known to half of each reading's duration: the bound of that
+        # error, in %. Until 2026-12-07 each reading was an `ip` process starved by the
+        # real-time generator on its core: 1.0 % on the idle machine at 200 Mbps, more on a
+        # loaded one (the likely cause of CI reading a 200 Mbps shaper 3.7 % over its rate
+        # that day); since, 0.2 % (Bed.link_stats).
         "read_uncertainty_pct": round(100 * (read0 + read1) / 2 / (t1 - t0), 2),
         "offered_mbps": round(sent["sent_bytes"] * 8 / sent["elapsed_s"] / 1e6, 2),
         "trims": info.get("trims"),
