@@ -149,3 +149,35 @@ def test_the_live_line_draws_on_the_progress_stream():
     progress.status(0.001, 0.017, "—", None, dilation=1000)
     progress.end()
     assert "applied blackhole" in stream.getvalue()
+
+
+def test_live_goodput_is_a_closed_bins_rate_not_the_quarter_second_its_records_arrived(
+    tmp_path,
+) -> None:
+    """Bins arrive once per bin (tens of real seconds apart at a high N) while the monitor
+    samples four times a second: the rate is the bytes of a bin every receiver closed over the
+    bin's width, whenever it is read."""
+    import json
+
+    from testbed.harness.endpoint_driver import LiveBytes
+
+    dt = 130e-6
+    files = [tmp_path / "h1.jsonl", tmp_path / "h2.jsonl"]
+    live = LiveBytes(files)
+    assert live.mbps() is None  # nothing written yet
+
+    def write(f, t, placed):
+        with open(f, "a") as out:
+            out.write(json.dumps({"type": "bin", "t": t, "dt": dt, "placed": placed}) + "\n")
+
+    write(files[0], 1.0, 6_500_000)
+    write(files[1], 1.0, 6_500_000)
+    assert live.mbps() is None  # one bin: it may still lack a receiver
+    write(files[0], 1.0 + dt, 1_000)
+    # 13 MB in 130 µs, however long after the records it is read
+    assert live.mbps() == pytest.approx(13_000_000 * 8 / dt / 1e6)
+    assert live.mbps() == pytest.approx(800_000.0)
+    assert live.total == 13_001_000
+    with open(files[1], "a") as out:
+        out.write('{"type": "bin", "t": 1.0, "placed": 5}\n')  # no dt: skipped, no crash
+    assert live.mbps() == pytest.approx(800_000.0)

@@ -75,7 +75,7 @@ class Monitor(threading.Thread):
         t0: float,
         duration: float,
         progress: Progress,
-        live_bytes: Callable[[], int] | None,
+        live_mbps: Callable[[], float | None] | None,
         next_event: Callable[[], str],
         clock: Clock,
         late_limit_us: float | None = None,
@@ -89,7 +89,7 @@ class Monitor(threading.Thread):
         self.t0 = t0
         self.duration = duration
         self.progress = progress
-        self.live_bytes = live_bytes
+        self.live_mbps = live_mbps  # the receivers' goodput over their latest bin
         self.next_event = next_event
         self.stop_flag = threading.Event()
         self.maxima: QueueMaxima = {}
@@ -104,7 +104,6 @@ class Monitor(threading.Thread):
     def run(self) -> None:
         clock = self.clock
         next_sample = time.monotonic()
-        last_bytes, last_t = 0, clock.now()
         while not self.stop_flag.is_set():
             before = time.monotonic()
             time.sleep(JITTER_TICK_S)
@@ -126,12 +125,7 @@ class Monitor(threading.Thread):
                 counters = {}
             t = now - self.t0
             self.collect(counters)
-            mbps = None
-            if self.live_bytes is not None:
-                got = self.live_bytes()
-                dt = max(now - last_t, clock.virtual(1e-3))
-                mbps = (got - last_bytes) * 8 / dt / 1e6
-                last_bytes, last_t = got, now
+            mbps = None if self.live_mbps is None else self.live_mbps()
             self.progress.status(
                 t,
                 self.duration,

@@ -182,7 +182,9 @@ def _drive(
     machine0 = machine_load.snapshot()
     real0 = time.monotonic()
     t0 = driver.go()
-    live = driver.live_bytes if isinstance(driver, EndpointDriver) else None
+    live = (
+        driver.live_bytes.mbps if isinstance(driver, EndpointDriver) and driver.live_bytes else None
+    )
     timeline = Timeline(name, sc.timeline(), t0, progress, clock)
     limits = Thresholds.for_fabric(sc.topology.params())
     monitor = Monitor(
