@@ -346,8 +346,10 @@ class Bed:
         its midpoint is taken. This process shares the generator's core, and a paced generator
         runs there under SCHED_FIFO: a reading waited for that core. Measured 2026-12-07 on the
         200 Mbps shaper's 1 s window, as `read_uncertainty_pct`: 1.0 % with an `ip -s link`
-        process, 1.7 % with a netlink dump from this process, 0.21 % with that dump made at a
-        real-time priority above the generator's (`_ahead_of_generator`), what is done here."""
+        process, 1.7 % with a netlink dump from this process (its socket then opened in the
+        first reading), 0.22 % with that dump made at a real-time priority above the
+        generator's (`_ahead_of_generator`), 0.21 % with the sockets opened beforehand too:
+        what is done here."""
         ipr = self._netlink(role)
         with _ahead_of_generator():
             t0 = time.monotonic()
