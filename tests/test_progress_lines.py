@@ -181,3 +181,9 @@ def test_live_goodput_is_a_closed_bins_rate_not_the_quarter_second_its_records_a
     with open(files[1], "a") as out:
         out.write('{"type": "bin", "t": 1.0, "placed": 5}\n')  # no dt: skipped, no crash
     assert live.mbps() == pytest.approx(800_000.0)
+    # Three more bins closed between two reads (N = 1: bins are short): their average, the
+    # bin with no record at all counted as empty.
+    write(files[0], 1.0 + dt, 3_249_000)  # the second bin, now 3.25 MB
+    write(files[0], 1.0 + 3 * dt, 3_250_000)
+    write(files[1], 1.0 + 4 * dt, 1)
+    assert live.mbps() == pytest.approx(6_500_000 * 8 / (3 * dt) / 1e6)

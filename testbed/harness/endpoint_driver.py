@@ -67,6 +67,8 @@ class LiveBytes:
         self.total = 0
         self.placed_by_bin: dict[int, int] = {}
         self.bin_s: float | None = None
+        self._shown: int | None = None  # the last bin `mbps` has reported
+        self._mbps: float | None = None
 
     def __call__(self) -> int:
         for p, off in self.offsets.items():
@@ -92,12 +94,20 @@ class LiveBytes:
         return self.total
 
     def mbps(self) -> float | None:
-        """Goodput over the second-latest bin seen (the latest may still lack some
-        receivers' records); None until two bins are in."""
+        """Goodput over the bins closed since the last call, up to the second-latest bin seen
+        (the latest may still lack some receivers' records); the last figure again when no bin
+        closed since (a high N writes a bin every few real seconds), None until two bins are
+        in. Bins with no record at all count as empty: idle receivers write none."""
         self()
         if self.bin_s is None or len(self.placed_by_bin) < 2:
             return None
-        return self.placed_by_bin[sorted(self.placed_by_bin)[-2]] * 8 / self.bin_s / 1e6
+        closed = sorted(self.placed_by_bin)[-2]
+        first = closed if self._shown is None else self._shown + 1
+        if first <= closed:
+            placed = sum(self.placed_by_bin.get(k, 0) for k in range(first, closed + 1))
+            self._mbps = placed * 8 / ((closed - first + 1) * self.bin_s) / 1e6
+            self._shown = closed
+        return self._mbps
 
 
 def job_request(sc: Scenario, transport: str) -> dict:
