@@ -484,7 +484,13 @@ class EndpointDriver:
         )
 
     def stop(self) -> None:
+        """Stop the processes and remove their temporary folder, first keeping its logs and
+        records in `workdir/endpoints` if `collect` did not: an aborted run's endpoint logs are
+        what says why (a process that stopped answering its control socket, say)."""
         if self.eps is not None:
             with contextlib.suppress(Exception):
                 self.eps.stop()
+            if not (self.workdir / "endpoints").is_dir():
+                with contextlib.suppress(OSError):
+                    keep_files(self.eps.dir, self.workdir / "endpoints")
             self.eps.cleanup()
