@@ -93,6 +93,13 @@ class ControlServer:
         """Answer ``c`` when job ``job_id`` is done or at ``deadline`` (see `answer_waits`)."""
         self._waits.append((job_id, deadline, c))
 
+    def next_wait_deadline(self) -> float | None:
+        """When the earliest pending wait times out (virtual seconds), None without one: the
+        loop wakes for it. Answered only at bin ticks, a wait timed out up to a bin late, and
+        at N = 200,000 a bin is 24 real seconds, past the caller's 10 s of margin: runs whose
+        job never finished (a one-path flow on a dead link) aborted on "no reply"."""
+        return min((d for _, d, _ in self._waits), default=None)
+
     def answer_waits(self, jobs: Mapping[int, Job], now: float | None) -> None:
         """Answer the waits whose job is done or gone or whose deadline passed; every one when
         ``now`` is None (the process is stopping)."""

@@ -244,6 +244,10 @@ class EndpointProcess(ControlHandlers, Recording):
             self._answer_probes()
         if now >= self._next_bin:
             self._tick(now)
+        wait_t = self.control.next_wait_deadline()
+        if wait_t is not None and wait_t <= now:
+            self.control.answer_waits(self.jobs, now)
+            wait_t = self.control.next_wait_deadline()
         t_next = ep.next_timer()
         job_t = self._job_deadline
         # A job's timer is a timer of this process: its lateness counts like the transport's.
@@ -258,6 +262,8 @@ class EndpointProcess(ControlHandlers, Recording):
                 self.timer_armed_overdue_us_max = over_us
         self._polling = self._busy and self._coalesce > 0
         self._sleep_until = self._deadline(now, self._t_next, wake, self._polling, self._coalesce)
+        if wait_t is not None and wait_t < self._sleep_until:
+            self._sleep_until = wait_t  # a caller's wait times out then (not a timer: unjudged)
         return self._sleep_until, self._polling
 
     def _note_worst(self, now: float, due: float) -> None:

@@ -944,3 +944,17 @@ def test_a_host_count_mismatch_is_a_one_line_error(tmp_path):
     )  # fmt: skip
     assert out.returncode == 2
     assert out.stderr.strip() == "endpoint: --control: give it once per --host (2)"
+
+
+def test_a_wait_times_out_on_time_when_bins_are_long(loopback):
+    """At a high time dilation a bin lasts tens of real seconds; a wait's timeout must not wait
+    for the next one (the caller gives up 10 s after its timeout: runs whose job never
+    finished aborted on "no reply")."""
+    lb = loopback(["a", "b"], bin_s=60.0)
+    with ControlClient(str(lb.sock("a"))) as c:
+        c.call({"op": "start", "job": 1, "workload": {"kind": "alltoall", "bytes": 1}})
+        t0 = time.monotonic()
+        c.send({"op": "wait", "job": 1, "timeout": 0.2})
+        reply = c.receive(timeout=5.0)
+        assert reply["done"] is False
+        assert time.monotonic() - t0 < 2.0

@@ -30,12 +30,20 @@ class _Tx:
     backlog = 0
 
 
+class _Control:
+    """No caller waiting on a job."""
+
+    def next_wait_deadline(self) -> None:
+        return None
+
+
 def _loop(start: float) -> tuple[EndpointProcess, _Transport]:
     """An EndpointProcess with no sockets: only what `work` reads, and a turn that does no
     I/O (the datagrams, the application and the transmit pass are the loop's other tests')."""
     p = object.__new__(EndpointProcess)
     ep = _Transport()
     p.ep, p.tx, p.loops, p.dilation = ep, _Tx(), 0, 1000.0
+    p.control = _Control()
     p.clock = lambda: start
     p.timer_late = LateHistogram()
     p._probes, p._next_bin = [], start + 1.0
