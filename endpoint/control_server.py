@@ -98,7 +98,9 @@ class ControlServer:
         loop wakes for it. Answered only at bin ticks, a wait timed out up to a bin late, and
         at N = 200,000 a bin is 24 real seconds, past the caller's 10 s of margin: runs whose
         job never finished (a one-path flow on a dead link) aborted on "no reply"."""
-        return min((d for _, d, _ in self._waits), default=None)
+        if not self._waits:  # every loop turn asks: the usual answer costs nothing
+            return None
+        return min(d for _, d, _ in self._waits)
 
     def answer_waits(self, jobs: Mapping[int, Job], now: float | None) -> None:
         """Answer the waits whose job is done or gone or whose deadline passed; every one when

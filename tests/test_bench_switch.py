@@ -92,9 +92,9 @@ def test_kernel_bridge_beats_the_naive_scapy_forwarder(bench):
 def test_shaper_holds_10_mbps_and_never_exceeds_a_rate(bench):
     result, _ = bench
     for s in result["shaper"]:
-        # 2 % over, beyond what the window's own timing cannot tell apart (the counter reads'
-        # durations, `read_uncertainty_pct`).
-        assert s["measured_mbps"] <= s["mbps"] * (1.02 + s["read_uncertainty_pct"] / 100), s
+        # The window's own timing error (`read_uncertainty_pct`, ~0.2 % since the counters
+        # are read by netlink ahead of the generator) is printed with a failure, not allowed.
+        assert s["measured_mbps"] <= s["mbps"] * 1.02, s
     ten = result["shaper"][0]
     # The shaper can only lose the time the switch was kept off its CPU by other load on this
     # shared machine (dut_wait_share, and steal_share: the host's), never more; without such load it is within 5%. It cannot

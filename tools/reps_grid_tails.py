@@ -4,7 +4,7 @@ Run from the checkout: `.venv/bin/python tools/reps_grid_tails.py RUN_DIR [--spi
 For each flow, slowest last: its FCT, how its sender first found the failure (the first EV
 it retired, by reason, in µs after the workload's go: `loss` when later packets' ACKs exposed
 it, `rto` when only the retransmission timeout did) and when its receiver placed nothing
-(13 µs sub-bins between its first and last placed byte). With `--spine`, per 130 µs bin, the
+(sub-bins between its first and last placed byte). With `--spine`, per bin of the records, the
 share of data bytes the senders put on EVs whose data path crosses that spine: how soon the
 balancer left a dead switch. docs/measurements/2026-12-07-reps-grid-8to1-gaps.md reads it.
 """
@@ -84,7 +84,7 @@ def flow_rows(run: Path) -> list[dict]:
 
 
 def spine_share(run: Path, sc: Scenario, spine: str) -> dict[int, tuple[float, int]]:
-    """Per 130 µs bin (its start in µs after go, rounded to a bin): (share of the data bytes
+    """Per bin of the records (its start in µs after go, rounded to a bin): (share of the data bytes
     sent on EVs whose data path crosses `spine`, bytes sent). Only bytes to the sender's own
     flow's destination count: the address it sent most bytes to (its ACKs to the host that
     sends to it are a few bytes each)."""
@@ -95,6 +95,7 @@ def spine_share(run: Path, sc: Scenario, spine: str) -> dict[int, tuple[float, i
     crosses: dict[tuple[str, int], bool] = {}
     dead: dict[int, int] = defaultdict(int)
     sent: dict[int, int] = defaultdict(int)
+    bin_us = 0.0
     for src, dst in dst_of.items():
         evtx = [r for r in records[src] if r.get("type") == "evtx"]
         by_ip: dict[str, int] = defaultdict(int)
@@ -103,6 +104,7 @@ def spine_share(run: Path, sc: Scenario, spine: str) -> dict[int, tuple[float, i
                 by_ip[k.split(":")[0]] += n
         data_ip = max(by_ip, key=by_ip.get) if by_ip else None  # ACKs are a few bytes each
         for r in evtx:
+            bin_us = r["dt"] * 1e6
             b = round((r["t"] - go) / r["dt"])
             for k, n in r["bytes"].items():
                 ip, ev = k.split(":")[0], int(k.split(":")[1])
@@ -113,8 +115,7 @@ def spine_share(run: Path, sc: Scenario, spine: str) -> dict[int, tuple[float, i
                     crosses[(src, ev)] = any(spine in link for link in links)
                 sent[b] += n
                 dead[b] += n if crosses[(src, ev)] else 0
-    bin_us = 130
-    return {b * bin_us: (dead[b] / sent[b], sent[b]) for b in sorted(sent) if sent[b]}
+    return {round(b * bin_us): (dead[b] / sent[b], sent[b]) for b in sorted(sent) if sent[b]}
 
 
 def _median(values: list[float]) -> str:
@@ -150,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
         sc = load(summary["provenance"]["scenario"])
         share = spine_share(args.run, sc, args.spine)
         print(
-            f"share of data sent on EVs through {args.spine}, per 130 µs bin after go: "
+            f"share of data sent on EVs through {args.spine}, per bin (its start, µs after go): "
             + ", ".join(f"{t}: {100 * s:.1f} % of {n / 1e6:.1f} MB" for t, (s, n) in share.items())
         )
 

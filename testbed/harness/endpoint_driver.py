@@ -94,19 +94,21 @@ class LiveBytes:
         return self.total
 
     def mbps(self) -> float | None:
-        """Goodput over the bins closed since the last call, up to the second-latest bin seen
-        (the latest may still lack some receivers' records); the last figure again when no bin
-        closed since (a high N writes a bin every few real seconds), None until two bins are
-        in. Bins with no record at all count as empty: idle receivers write none."""
+        """Goodput over the bins closed since the last call, up to the one before the latest
+        seen (the latest may still lack some receivers' records); the last figure again when
+        no bin closed since (a high N writes a bin every few real seconds), None until a bin
+        has closed. A bin with no record counts as empty: idle receivers write none."""
         self()
-        if self.bin_s is None or len(self.placed_by_bin) < 2:
-            return None
-        closed = sorted(self.placed_by_bin)[-2]
-        first = closed if self._shown is None else self._shown + 1
+        if self.bin_s is None or not self.placed_by_bin:
+            return self._mbps
+        closed = max(self.placed_by_bin) - 1
+        first = min(self.placed_by_bin) if self._shown is None else self._shown + 1
         if first <= closed:
-            placed = sum(self.placed_by_bin.get(k, 0) for k in range(first, closed + 1))
+            placed = sum(self.placed_by_bin.pop(k, 0) for k in range(first, closed + 1))
             self._mbps = placed * 8 / ((closed - first + 1) * self.bin_s) / 1e6
             self._shown = closed
+            for k in [k for k in self.placed_by_bin if k <= closed]:  # a record come late
+                del self.placed_by_bin[k]
         return self._mbps
 
 
