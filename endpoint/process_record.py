@@ -124,6 +124,7 @@ class Recording:
                 continue
             self._counters_sig[conn.local_qp] = sig
             s = conn.sender
+            extra = gbn_state(conn) if s.policy.single_path else {}
             self.metrics.write(
                 {
                     "type": "counters",
@@ -140,6 +141,7 @@ class Recording:
                     "srtt": s.rtt.srtt,
                     "inflight_bytes": s.inflight_bytes,
                     "evs_failed": sum(1 for p in s.evs.unique_paths() if p.state.value == "failed"),
+                    **extra,
                 }
             )
 
@@ -194,3 +196,22 @@ class Recording:
             "rx_truncated": udp_io.rx_truncated[0],
             **datapath.describe(),
         }
+
+
+def gbn_state(conn) -> dict:
+    """Where a go-back-N connection stands (`single-path`, `roce`): the receiver's next PSN,
+    the PSN it last NAKed and when, and the sender's oldest unacknowledged PSN and last
+    rewind. A receiver whose `nak_psn` is its `rcv_nxt` drops what follows without a word:
+    only the sender's timeout moves it (tests/test_go_back_n_stall.py)."""
+    r, s = conn.receiver, conn.sender
+    rewound = s.recovery.gbn_rewound_at
+    return {
+        "gbn": {
+            "rcv_nxt": r.rcv_nxt,
+            "nak_psn": r.gbn_nak_psn,
+            "nak_at": r.gbn_nak_at,
+            "snd_una": s.snd_una,
+            "next_psn": s.next_psn,
+            "rewound_at": None if rewound == float("-inf") else rewound,
+        }
+    }

@@ -76,7 +76,8 @@ class Receiver:
         self._reserved = 0
         self._done_below = first_msg_id & _U32  # every message id before this was delivered
         self._done: set[int] = set()  # delivered ids at or above _done_below
-        self._nak_sent_for: int | None = None  # go-back-N: one NAK per gap, like RC
+        self.gbn_nak_psn: int | None = None  # go-back-N: one NAK per gap, like RC
+        self.gbn_nak_at: float | None = None  # when it went (a stall's diagnosis, in records)
         self.msn = 0
         self.deliveries: list[Delivery] = []
         # The run of packets a coalesced ACK will answer (`_coalesce`): (ev, psn, send ts, arrival)
@@ -138,7 +139,7 @@ class Receiver:
             st.counters["trimmed_rx"] += 1
             if self.go_back_n:
                 drops["trimmed"] += 1  # RoCE RC: a cut packet fails its ICRC and is dropped
-                self._maybe_gbn_nak(pkt, d, out)
+                self._maybe_gbn_nak(pkt, d, now, out)
             else:
                 st.counters["nack_tx"] += 1
                 nack = self._nack(psn, pkt.ev, NACK_TRIMMED, pkt.send_ts)
@@ -149,7 +150,7 @@ class Receiver:
             return
         if self.go_back_n and d != 0:
             drops["out_of_order"] += 1
-            self._maybe_gbn_nak(pkt, d, out)
+            self._maybe_gbn_nak(pkt, d, now, out)
             return
         msg_id, msg_len, offset, plen = pkt.msg_id, pkt.msg_len, pkt.offset, pkt.payload_len
         if msg_len > self.cfg.max_message_bytes:
@@ -212,7 +213,7 @@ class Receiver:
             run = (~bits & (bits + 1)).bit_length() - 1  # trailing ones
             self._bits = bits >> run
             self.rcv_nxt = psn_add(self.rcv_nxt, run)
-            self._nak_sent_for = None
+            self.gbn_nak_psn = None
 
     def _complete(self, msg_id: int, r: Reassembly, now: float) -> None:
         del self._reasm[msg_id]
@@ -229,9 +230,15 @@ class Receiver:
         self.stats.counters["bytes_delivered"] += r.msg_len
         self.deliveries.append(Delivery(self.local_qp, msg_id, bytes(r.buf), now))
 
-    def _maybe_gbn_nak(self, pkt: DataPacket, d: int, out: list) -> None:
-        if d > 0 and self._nak_sent_for != self.rcv_nxt:
-            self._nak_sent_for = self.rcv_nxt
+    def _maybe_gbn_nak(self, pkt: DataPacket, d: int, now: float, out: list) -> None:
+        if d > 0 and self.gbn_nak_psn == self.rcv_nxt:
+            # RC NAKs a gap once: if the resend of rcv_nxt is lost too, what follows it is
+            # dropped in silence until the sender's timeout (tests/test_go_back_n_stall.py).
+            self.stats.counters["gbn_held"] += 1
+            return
+        if d > 0:
+            self.gbn_nak_psn = self.rcv_nxt
+            self.gbn_nak_at = now
             self.stats.counters["nack_tx"] += 1
             out.append(
                 (

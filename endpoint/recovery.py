@@ -141,7 +141,7 @@ class Recovery:
         self._sweep_on = policy.failover and cfg.loss_sweep
         self.sweep_until: float | None = None
         self.sweep_since = float("-inf")
-        self._gbn_rewound_at = float("-inf")
+        self.gbn_rewound_at = float("-inf")
 
     # -- what the sender reports ---------------------------------------------------------------
 
@@ -189,9 +189,10 @@ class Recovery:
 
     def on_sequence_nak(self, sent: float, snd_una: int, now: float) -> None:
         """A sequence NAK for a packet sent at ``sent`` (everything before it is acknowledged)."""
-        if sent < self._gbn_rewound_at:
+        if sent < self.gbn_rewound_at:
             self.stats.counters["stale_nack"] += 1  # caused by a packet sent before the rewind
             return
+        self.stats.counters["gbn_rewinds"] += 1
         self._rewind("gbn", snd_una, now)
 
     def on_probe_ack(self, ev: int, probe_seq: int, sent: float, now: float) -> None:
@@ -354,7 +355,7 @@ class Recovery:
 
     def _rewind(self, reason: str, snd_una: int, now: float) -> None:
         """Go-back-N: everything in flight is resent in PSN order."""
-        self._gbn_rewound_at = now
+        self.gbn_rewound_at = now
         base = snd_una
         for p in sorted(self.inflight.values(), key=lambda q: psn_diff(q.psn, base)):
             self.declare_lost(p, reason, now)
