@@ -91,3 +91,45 @@ def test_flow_rows_and_the_share_sent_through_a_spine(tmp_path: Path) -> None:
     # The 64 B of ACKs to another address are not the flow's data.
     assert tails.spine_share(run, sc, "spine4") == {0: (0.75, 4000)}
     assert tails.spine_share(run, sc, "spine9") == {0: (0.0, 4000)}
+
+
+def _counters(t: float, peer: str, gbn: dict, counters: dict, **kw) -> dict:
+    return {"type": "counters", "t": t, "peer": peer, "gbn": gbn, "counters": counters, **kw}
+
+
+def test_an_unfinished_go_back_n_flow_held_by_a_naked_gap(tmp_path: Path) -> None:
+    raw = tmp_path / "raw" / "single-path"
+    (raw / "endpoints").mkdir(parents=True)
+    sender_gbn = {"snd_una": 300, "next_psn": 600, "rewound_at": GO + 50e-6}
+    h1 = [
+        {"type": "job", "job": 1, "event": "go", "t": GO},
+        _counters(GO + 40e-6, "h5", {**sender_gbn, "rewound_at": None}, {}),
+        _counters(
+            GO + 2e-3, "h5", sender_gbn, {"gbn_rewinds": 2, "stale_nack": 5}, inflight_bytes=9
+        ),
+    ]
+    # h5 NAKed PSN 300 at 45 µs and holds it: the last record counts; h2 -> h6 finished.
+    held = {"rcv_nxt": 300, "nak_psn": 300, "nak_at": GO + 45e-6}
+    h5 = [
+        _counters(GO + 40e-6, "h1", {**held, "nak_psn": None}, {"nack_tx": 1}),
+        _counters(GO + 2e-3, "h1", held, {"nack_tx": 3, "gbn_held": 250}, drops={"trimmed": 7}),
+    ]
+    for host, recs in (("h1", h1), ("h5", h5)):
+        (raw / "endpoints" / f"{host}.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in recs)
+        )
+    flows = [{"src": "h1", "dst": "h5", "fct_ms": None}, {"src": "h2", "dst": "h6", "fct_ms": 0.1}]
+    (tmp_path / "summary.json").write_text(
+        json.dumps({"transports": {"single-path": {"flows": flows}}})
+    )
+    (hold,) = tails.go_back_n_holds(tmp_path)
+    assert hold["flow"] == "h1->h5" and hold["held"] is True
+    assert (hold["rcv_nxt"], hold["snd_una"], hold["nak_at_us"], hold["rewound_at_us"]) == (
+        300, 300, 45, 50,
+    )  # fmt: skip
+    assert hold["rx_held"] == 250 and hold["rx_dropped"] == {"trimmed": 7}
+    assert (hold["gbn_rewinds"], hold["stale_nack"], hold["inflight_bytes"]) == (2, 5, 9)
+    # The receiver got the PSN after all: not held.
+    h5[-1]["gbn"] = {"rcv_nxt": 301, "nak_psn": None, "nak_at": GO + 45e-6}
+    (raw / "endpoints" / "h5.jsonl").write_text("".join(json.dumps(r) + "\n" for r in h5))
+    assert tails.go_back_n_holds(tmp_path)[0]["held"] is False

@@ -6,7 +6,9 @@ it retired, by reason, in µs after the workload's go: `loss` when later packets
 it, `rto` when only the retransmission timeout did) and when its receiver placed nothing
 (sub-bins between its first and last placed byte). With `--spine`, per bin of the records, the
 share of data bytes the senders put on EVs whose data path crosses that spine: how soon the
-balancer left a dead switch. docs/measurements/2026-12-07-reps-grid-8to1-gaps.md reads it.
+balancer left a dead switch. For a go-back-N row (`single-path`, `roce`), where each unfinished
+flow stood: a receiver holding a NAKed gap waits for the sender's timeout.
+docs/measurements/2026-12-07-reps-grid-8to1-gaps.md and 2026-12-07-single-path-stalls.md read it.
 """
 
 from __future__ import annotations
@@ -83,6 +85,54 @@ def flow_rows(run: Path) -> list[dict]:
     return sorted(rows, key=lambda r: float("inf") if r["fct_us"] is None else r["fct_us"])
 
 
+def _last_counters(recs: list[dict], peer: str) -> dict:
+    last: dict = {}
+    for r in recs:
+        if r.get("type") == "counters" and r.get("peer") == peer:
+            last = r
+    return last
+
+
+def go_back_n_holds(run: Path) -> list[dict]:
+    """For each unfinished flow of a go-back-N row (`single-path`, `roce`), where its last
+    counters records left it: the receiver's next PSN and the PSN it last NAKed (equal: it
+    NAKed the gap once and drops what follows in silence), when, what it dropped, and the
+    sender's NAK rewinds, stale NAKs, timeouts and bytes in flight. Empty for other rows and
+    for records written before the `gbn` field."""
+    key, entry = _entry(run)
+    records, go = endpoint_records(run / "raw" / key)
+    out = []
+    for f in entry["flows"]:
+        if f["fct_ms"] is not None:
+            continue
+        src, dst = f["src"], f["dst"]
+        rx = _last_counters(records.get(dst, []), src)
+        tx = _last_counters(records.get(src, []), dst)
+        if "gbn" not in rx or "gbn" not in tx:
+            continue
+        g, c, tc = rx["gbn"], rx.get("counters", {}), tx.get("counters", {})
+        nak_at = g["nak_at"]
+        rewound = tx["gbn"]["rewound_at"]
+        out.append(
+            {
+                "flow": f"{src}->{dst}",
+                "held": g["nak_psn"] is not None and g["nak_psn"] == g["rcv_nxt"],
+                "rcv_nxt": g["rcv_nxt"],
+                "snd_una": tx["gbn"]["snd_una"],
+                "nak_at_us": None if nak_at is None else round((nak_at - go) * 1e6),
+                "rewound_at_us": None if rewound is None else round((rewound - go) * 1e6),
+                "rx_dropped": dict(rx.get("drops", {})),
+                "rx_held": c.get("gbn_held", 0),
+                "nak_tx": c.get("nack_tx", 0),
+                "gbn_rewinds": tc.get("gbn_rewinds", 0),
+                "stale_nack": tc.get("stale_nack", 0),
+                "rto_fired": tc.get("rto_fired", 0),
+                "inflight_bytes": tx.get("inflight_bytes"),
+            }
+        )
+    return out
+
+
 def spine_share(run: Path, sc: Scenario, spine: str) -> dict[int, tuple[float, int]]:
     """Per bin of the records (its start in µs after go, rounded to a bin): (share of the data bytes
     sent on EVs whose data path crosses `spine`, bytes sent). Only bytes to the sender's own
@@ -143,6 +193,20 @@ def main(argv: list[str] | None = None) -> None:
             f"(median); their median FCT {_median(done)} µs, the others' "
             f"{_median([r['fct_us'] for r in rest])} µs; "
             f"{sum(r in by_rto for r in rows[-8:])} of the 8 slowest"
+        )
+    holds = go_back_n_holds(args.run)
+    for h in holds:
+        print(
+            f"{h['flow']:>9}  unfinished: receiver {'held' if h['held'] else 'not held'} at PSN "
+            f"{h['rcv_nxt']} (NAKed at {h['nak_at_us']} µs; {h['nak_tx']} NAKs, "
+            f"{h['rx_held']} held in silence, dropped {h['rx_dropped']}); sender at "
+            f"{h['snd_una']}, last rewind {h['rewound_at_us']} µs, {h['gbn_rewinds']} NAK "
+            f"rewinds, {h['stale_nack']} stale NAKs, {h['rto_fired']} timeouts, "
+            f"{h['inflight_bytes']} B in flight"
+        )
+    if holds:
+        print(
+            f"{sum(h['held'] for h in holds)} of {len(holds)} unfinished flows held by a NAKed gap"
         )
     if args.spine:
         from testbed.experiment.api import load
