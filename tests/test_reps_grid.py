@@ -352,8 +352,8 @@ def test_claims_pass_fail_and_ignore_invalid_runs() -> None:
 def test_bad_cell_filters_are_refused_before_anything_runs(capsys) -> None:
     with pytest.raises(BenchError, match="--modes: unknown 'meteor'"):
         run_reps_grid(modes=["meteor"])
-    with pytest.raises(BenchError, match="--rows: unknown 'ecmp'"):
-        run_reps_grid(rows=["ecmp"])
+    with pytest.raises(BenchError, match="--rows: unknown 'circular'"):
+        run_reps_grid(rows=["circular"])  # the paper's REPS circular: not a row here
     assert main(["bench", "fidelity", "--rows", "reps"]) == 2
     assert "--rows: only bench reps-grid" in capsys.readouterr().err
 
@@ -442,3 +442,18 @@ def test_read_back_judges_the_cells_in_a_folder_and_runs_none(tmp_path: Path, ca
     assert main(["bench", "fidelity", "--read-back", "--out", str(tmp_path)]) == 2
     with pytest.raises(BenchError, match="no such results folder"):
         read_back_reps_grid(tmp_path / "nowhere")
+
+
+def test_the_ecmp_row_is_mrcs_recovery_on_one_ev_against_the_simulators_ecmp() -> None:
+    """`single-path` and `roce` recover as RC does (go-back-N); the simulator's ECMP row
+    recovers as its REPS does, on one path: `ecmp` is MRC's recovery on one EV."""
+    from endpoint.process_config import EndpointConfig, job_transport_config
+    from testbed.bench.reps_grid import HTSIM_NAMES, _chosen
+    from testbed.harness.endpoint_driver import job_request
+
+    cfg = EndpointConfig.from_obj({"hosts": {"h1": ["10.1.1.1"], "h2": ["10.1.2.1"]}})
+    sc = load(g.scenario("1to1", "permutation", "link-failed", "ecmp"))
+    tcfg = job_transport_config(cfg, job_request(sc, "ecmp"))
+    assert tcfg.mode.value == "mrc" and tcfg.num_evs == 1 and tcfg.tail_copies == 1
+    assert HTSIM_NAMES["row"]["ecmp"] == "ecmp" == HTSIM_NAMES["row"]["single-path"]
+    assert "ecmp" not in {c[3] for c in _chosen(None, None, None, None, {})}

@@ -62,6 +62,7 @@ HTSIM_NAMES = {
         # The simulator resends without copies: its rows are these rows' references too.
         "reps-1copy": "reps",
         "oblivious-1copy": "spraying",
+        "ecmp": "ecmp",
     },
 }
 """Grid names -> the file names of tools/reps_htsim/results: `oblivious` is the paper's

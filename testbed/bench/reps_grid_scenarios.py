@@ -69,6 +69,10 @@ ROWS: dict[str, Any] = {
                    "tail_copies": 1},
     "oblivious-1copy": {"name": "mrc", "label": "oblivious-1copy", "lb": "oblivious",
                         "evs": EVS, "tail_copies": 1},
+    # The simulator's ECMP is its own transport (selective resends, a NACK per trim) on one
+    # hashed path; `single-path` and `roce` are RC's (go-back-N, one NAK per gap, a trimmed
+    # packet dropped). MRC's recovery on one EV, without copies, is its like-for-like.
+    "ecmp": {"name": "mrc", "label": "ecmp", "lb": "wrr", "evs": 1, "tail_copies": 1},
 }  # fmt: skip
 """The load balancers: REPS, oblivious spraying (the paper's "spraying"), MRC's weighted
 round-robin, and the one-path floors."""

@@ -412,7 +412,11 @@ def _bench_and_lab_commands(sub) -> None:
         ("fabrics", "1to1, 8to1"),
         ("traffic", "permutation, incast"),
         ("modes", "failure modes, e.g. none,link-failed (docs/fidelity.md, Published results)"),
-        ("rows", "reps, oblivious, wrr, single-path, roce (default), reps-1copy, oblivious-1copy"),
+        (
+            "rows",
+            "reps, oblivious, wrr, single-path, roce (default), reps-1copy, oblivious-1copy, "
+            "ecmp (MRC's recovery on one EV)",
+        ),
     ):
         be.add_argument(
             f"--{key}", metavar="A,B", type=_comma_list, help=f"reps-grid: only these {what}"
