@@ -8,7 +8,7 @@ RC-style timeout (`single_path_rto`, `rc_timeout`) recovers. On a congested path
 common case: go-back-N resends a whole window into the queue that cut the first copy.
 
 The REPS grid's 1:1 permutation under `link-failed` left five `single-path` flows that cross
-no failed element unfinished at 2 ms (docs/measurements/2026-12-07-single-path-stalls.md);
+no failed element unfinished at 2 ms (docs/measurements/2026-12-07-go-back-n-and-8to1-modes.md);
 these tests pin the mechanism on the in-process network, one cut at a time, and the counters
 that name it in a fabric run (`gbn_held`, `gbn_rewinds`, `stale_nack`).
 """

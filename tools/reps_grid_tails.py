@@ -8,7 +8,8 @@ it, `rto` when only the retransmission timeout did) and when its receiver placed
 share of data bytes the senders put on EVs whose data path crosses that spine: how soon the
 balancer left a dead switch. For a go-back-N row (`single-path`, `roce`), where each unfinished
 flow stood: a receiver holding a NAKed gap waits for the sender's timeout.
-docs/measurements/2026-12-07-reps-grid-8to1-gaps.md and 2026-12-07-single-path-stalls.md read it.
+Read by docs/measurements/2026-12-07-reps-grid-8to1-gaps.md and
+2026-12-07-go-back-n-and-8to1-modes.md.
 """
 
 from __future__ import annotations
