@@ -133,3 +133,15 @@ def test_an_unfinished_go_back_n_flow_held_by_a_naked_gap(tmp_path: Path) -> Non
     h5[-1]["gbn"] = {"rcv_nxt": 301, "nak_psn": None, "nak_at": GO + 45e-6}
     (raw / "endpoints" / "h5.jsonl").write_text("".join(json.dumps(r) + "\n" for r in h5))
     assert tails.go_back_n_holds(tmp_path)[0]["held"] is False
+
+
+def test_an_idle_stretch_the_first_rto_ended() -> None:
+    row = {"first_failures_us": {"loss": 130, "rto": 250}, "receiver_stalled_us": [(182, 247)]}
+    assert tails.idle_until_rto(row) == (182, 247)  # placement resumed just before the RTO
+    row["receiver_stalled_us"] = [(182, 270)]
+    assert tails.idle_until_rto(row) == (182, 270)  # the RTO inside the stretch
+    row["receiver_stalled_us"] = [(182, 195), (300, 400)]  # too short; after the RTO
+    assert tails.idle_until_rto(row) is None
+    assert (
+        tails.idle_until_rto({"first_failures_us": {"loss": 1}, "receiver_stalled_us": []}) is None
+    )

@@ -86,6 +86,20 @@ def flow_rows(run: Path) -> list[dict]:
     return sorted(rows, key=lambda r: float("inf") if r["fct_us"] is None else r["fct_us"])
 
 
+def idle_until_rto(row: dict, min_us: float = 26.0) -> tuple[float, float] | None:
+    """The receiver's idle stretch (at least `min_us`, two 13 µs sub-bins) that the sender's
+    first RTO ended: it covers the RTO, or ends less than a sub-bin before it (a stretch is
+    whole sub-bins; the resend lands a one-way delay after the RTO, inside the sub-bin that
+    ends the stretch). None if none did."""
+    rto = row["first_failures_us"].get("rto")
+    if rto is None:
+        return None
+    for a, b in row["receiver_stalled_us"]:
+        if b - a >= min_us and a <= rto <= b + min_us / 2:
+            return a, b
+    return None
+
+
 def _last_counters(recs: list[dict], peer: str) -> dict:
     last: dict = {}
     for r in recs:
@@ -194,6 +208,16 @@ def main(argv: list[str] | None = None) -> None:
             f"(median); their median FCT {_median(done)} µs, the others' "
             f"{_median([r['fct_us'] for r in rest])} µs; "
             f"{sum(r in by_rto for r in rows[-8:])} of the 8 slowest"
+        )
+    waited = [(r, idle_until_rto(r)) for r in rows]
+    waited = [(r, w) for r, w in waited if w is not None]
+    if waited:
+        print(
+            f"{len(waited)} of {len(rows)} receivers idle until their sender's first RTO "
+            f"(idle from {min(w[0] for _, w in waited):.0f}-{max(w[0] for _, w in waited):.0f} "
+            f"µs, RTO at {min(r['first_failures_us']['rto'] for r, _ in waited)}-"
+            f"{max(r['first_failures_us']['rto'] for r, _ in waited)} µs); "
+            f"{sum(any(r is x for x, _ in waited) for r in rows[-8:])} of the 8 slowest"
         )
     holds = go_back_n_holds(args.run)
     for h in holds:
