@@ -91,8 +91,10 @@ def test_the_failure_modes_fail_what_the_simulator_fails() -> None:
     every = g.mode_events("switch-drops-every-10th")
     assert all(e["direction"][0] == "spine4" and e["drop_every"] == 10 for e in every)
     assert len(every) == 8
-    # "Degraded" is lossy in the simulator (10 % at a switch, 33 % on a cable), on any fabric.
-    assert {e["percent"] for e in g.mode_events("switch-degraded")} == {10.0}
+    # "Degraded" is lossy in the simulator (10 % at a switch, 33 % on a cable), on any fabric
+    # (a switch is also slowed: test_a_degraded_switch_is_slowed_to_a_tenth_and_lossy_...).
+    sw = g.mode_events("switch-degraded")
+    assert {e["percent"] for e in sw if e["action"] == "loss"} == {10.0}
     one, eight = (g.scenario(f, "permutation", "link-degraded", "reps") for f in ("1to1", "8to1"))
     assert one["events"] == eight["events"] and one["topology"] != eight["topology"]
     assert g.mode_events("link-degraded")[0]["percent"] == 33.0
@@ -457,3 +459,18 @@ def test_the_ecmp_row_is_mrcs_recovery_on_one_ev_against_the_simulators_ecmp() -
     assert tcfg.mode.value == "mrc" and tcfg.num_evs == 1 and tcfg.tail_copies == 1
     assert HTSIM_NAMES["row"]["ecmp"] == "ecmp" == HTSIM_NAMES["row"]["single-path"]
     assert "ecmp" not in {c[3] for c in _chosen(None, None, None, None, {})}
+
+
+def test_a_degraded_switch_is_slowed_to_a_tenth_and_lossy_as_the_simulators() -> None:
+    """sim/failuregenerator.cpp divides every port's rate of a degraded switch by 10 and drops
+    10 % of its packets; a degraded cable only drops."""
+    for fabric, rate in (("1to1", 80_000.0), ("8to1", 10_000.0)):
+        events = g.mode_events("switch-degraded", fabric, "permutation")
+        slowed = {tuple(e["direction"]): e["mbps"] for e in events if e["action"] == "degrade"}
+        lossy = {tuple(e["direction"]): e["percent"] for e in events if e["action"] == "loss"}
+        assert slowed == {c: rate for c in g.egress("spine4")}
+        assert lossy == {c: 10.0 for c in g.egress("spine4")}
+    ten = g.mode_events("10pct-switches-degraded", "8to1", "permutation")
+    assert {e["action"] for e in ten} == {"degrade", "loss"} and len(ten) == 4 * 8
+    cable = g.mode_events("link-degraded", "8to1", "permutation")
+    assert [e["action"] for e in cable] == ["loss"] and cable[0]["percent"] == 33.0

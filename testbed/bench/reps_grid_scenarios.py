@@ -120,10 +120,14 @@ PICKS: dict[tuple[str, str], dict[str, Any]] = {
         "ten_pct_switches": ("spine4",),
     },
 }
-# The simulator's "degraded" is lossy, not slow (sim/failuregenerator.cpp): a degraded switch
-# drops 10 % of the packets it forwards; a degraded cable 33 % (90 % of degraded cables; 9 %
-# drop 66 %, 1 % everything): the common case is used.
+# The simulator's "degraded" (sim/failuregenerator.cpp): a degraded switch divides every port's
+# rate by 10 (`switch_degradation_percent` 0.1 x 100) and drops 10 % of the packets it forwards;
+# a degraded cable is not slowed: it drops 33 % (90 % of degraded cables; 9 % drop 66 %, 1 %
+# everything: the common case is used), and its delay becomes 10 packet times (0.4 µs, under
+# the 1 µs hop: not modelled). Until 2026-12-07 13:10 the grid's degraded switch only dropped
+# (docs/measurements/2026-12-07-go-back-n-and-8to1-modes.md).
 SWITCH_DEGRADED_LOSS_PCT = 10.0
+SWITCH_DEGRADED_RATE_DIVISOR = 10.0
 CABLE_DEGRADED_LOSS_PCT = 33.0
 BER_PCT = 1.0  # "1 % of packets get corrupted", each crossing one spine and one uplink
 AT_S, FOR_S = 10e-6, 100e-6  # "failed for 100 µs from 10 µs"
@@ -204,6 +208,21 @@ def _lossy(cables: list[tuple[str, str]], pct: float) -> list:
     return [_cable(c, "loss", percent=pct) for c in cables]
 
 
+def _slowed_lossy(cables: list[tuple[str, str]], mbps: float) -> list:
+    """A degraded switch's egress: each cable at 1/10 of its rate, dropping 10 %."""
+    rate = mbps / SWITCH_DEGRADED_RATE_DIVISOR
+    return [_cable(c, "degrade", mbps=rate) for c in cables] + _lossy(
+        cables, SWITCH_DEGRADED_LOSS_PCT
+    )
+
+
+def spine_link_mbps(fabric: str) -> float:
+    """A leaf-spine link's rate: the hosts' under the leaf, shared by the spines, over the
+    fabric's oversubscription (1:1: 800 Gbps; 8:1: 100 Gbps)."""
+    over = FABRICS[fabric].get("oversubscription", 1.0)
+    return LINK_MBPS * HOSTS_PER_LEAF / SPINES / over
+
+
 def _impaired(cables: list[tuple[str, str]], **impair: Any) -> list:
     return [_cable(c, "impair", **impair) for c in cables]
 
@@ -230,13 +249,13 @@ MODE_EVENTS: dict[str, Callable[[dict[str, Any]], list]] = {
     "link-drops-every-10th": lambda k: _impaired([k["cable"]], drop_every=10),
     "switch-drops-every-10th": lambda k: _impaired(egress(SWITCH), drop_every=10),
     "link-degraded": lambda k: _lossy([k["cable"]], CABLE_DEGRADED_LOSS_PCT),
-    "switch-degraded": lambda k: _lossy(egress(SWITCH), SWITCH_DEGRADED_LOSS_PCT),
+    "switch-degraded": lambda k: _slowed_lossy(egress(SWITCH), k["spine_mbps"]),
     # 1 % of packets corrupted: every cross-leaf packet crosses one uplink and one spine.
     "link-ber-1pct": lambda k: _impaired(uplinks(), corrupt_percent=BER_PCT),
     "switch-ber-1pct": lambda k: _impaired(spine_egress(), corrupt_percent=BER_PCT),
     "10pct-switches-failed": lambda k: _dead(_ten_pct_switches(k)),
     "10pct-links-failed": lambda k: _dead(ten_percent_cables()),
-    "10pct-switches-degraded": lambda k: _lossy(_ten_pct_switches(k), SWITCH_DEGRADED_LOSS_PCT),
+    "10pct-switches-degraded": lambda k: _slowed_lossy(_ten_pct_switches(k), k["spine_mbps"]),
     "10pct-links-degraded": lambda k: _lossy(ten_percent_cables(), CABLE_DEGRADED_LOSS_PCT),
     "switch-flaps": lambda k: _switch_flaps(),
     "link-flaps": lambda k: _flaps(),
@@ -253,7 +272,7 @@ def mode_events(mode: str, fabric: str = "1to1", traffic: str = "permutation") -
         raise ValueError(f"mode: one of {', '.join(MODES)}, got {mode!r}")
     if (fabric, traffic) not in PICKS:
         raise ValueError(f"fabric, traffic: one of {sorted(PICKS)}, got {(fabric, traffic)!r}")
-    return MODE_EVENTS[mode](PICKS[(fabric, traffic)])
+    return MODE_EVENTS[mode]({**PICKS[(fabric, traffic)], "spine_mbps": spine_link_mbps(fabric)})
 
 
 MODES = tuple(MODE_EVENTS)
