@@ -124,7 +124,7 @@ PICKS: dict[tuple[str, str], dict[str, Any]] = {
 # rate by 10 (`switch_degradation_percent` 0.1 x 100) and drops 10 % of the packets it forwards;
 # a degraded cable is not slowed: it drops 33 % (90 % of degraded cables; 9 % drop 66 %, 1 %
 # everything: the common case is used), and its delay becomes 10 packet times (0.4 µs, under
-# the 1 µs hop: not modelled). Until 2026-12-07 13:10 the grid's degraded switch only dropped
+# the 1 µs hop: not modelled). Until 2026-12-07 the grid's degraded switch only dropped
 # (docs/measurements/2026-12-07-go-back-n-and-8to1-modes.md).
 SWITCH_DEGRADED_LOSS_PCT = 10.0
 SWITCH_DEGRADED_RATE_DIVISOR = 10.0
