@@ -74,13 +74,20 @@ def netns_inode(pid: int | str) -> int | None:
 class Run:
     """`testbed ARGS...` as a subprocess; its output lines as they come."""
 
-    def __init__(self, args: list[str], out: Path, env_extra: dict[str, str] | None = None):
+    def __init__(
+        self,
+        args: list[str],
+        out: Path,
+        env_extra: dict[str, str] | None = None,
+        argv: list[str] | None = None,
+    ):
+        """`argv`: the whole command instead of the command line's (a Python API caller)."""
         self.mark = uuid.uuid4().hex
         self.links_before = root_links()
         self.netns_before = named_netns()
         env = {**os.environ, "PYTHONUNBUFFERED": "1", MARK: self.mark, **(env_extra or {})}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "testbed.cli", *args, "--out", str(out)],
+            argv or [sys.executable, "-m", "testbed.cli", *args, "--out", str(out)],
             cwd=ROOT,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -262,4 +269,29 @@ def test_interrupted_run_leaves_nothing(tmp_path, command, after, phase, sig):
             os.killpg(run.proc.pid, signal.SIGKILL)
             run.proc.wait()
     assert rc == (-sig if sig == signal.SIGKILL else 128 + sig), run.output
+    run.assert_nothing_left()
+
+
+# A run from the Python API: no command line installs signal handlers or makes its fabrics
+# owned, so a SIGTERM (Python's default: die at once, no `finally`) or a SIGKILL leaves the
+# fabric to its supervisor, which must take it down as it does a command's. (A unit test that
+# ran `run_reps_grid` under `timeout` left four fabrics up for two hours, 2026-12-07.)
+API_RUN = (
+    "import sys, testbed; "
+    "testbed.run(sys.argv[1], quick_run=True, time_dilation=1000, out=sys.argv[2])"
+)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_a_python_api_run_killed_mid_workload_leaves_nothing(tmp_path, sig):
+    out = tmp_path / "out"
+    run = Run([], out, argv=[sys.executable, "-c", API_RUN, str(SCENARIO), str(out)])
+    try:
+        run.wait_moment(None, "workload")
+        rc = run.interrupt(sig)
+    finally:
+        if run.proc.poll() is None:
+            os.killpg(run.proc.pid, signal.SIGKILL)
+            run.proc.wait()
+    assert rc == -sig, run.output  # default dispositions: the process died of the signal
     run.assert_nothing_left()

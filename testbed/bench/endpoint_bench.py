@@ -389,7 +389,7 @@ def goodput_part(rates: tuple[int, ...], reps: int, nbytes_per_mbps: int, second
     rows = []
     for mbps in rates:
         params = TopologyParams(spines=1, leaves=1, hosts_per_leaf=2, link_mbps=mbps)
-        fabric = Fabric(params, name=f"eb{os.getpid() % 100000}r{mbps}").up()
+        fabric = Fabric(params, name=f"eb{os.getpid() % 100000}r{mbps}").up(owned=True)
         name, fab = fabric.name, fabric.description
         with endpoints_on(fabric, ["h1", "h2"], mbps) as eps:
             k0 = kernel_drops(name)

@@ -188,7 +188,7 @@ def run_fabric_bench(quick: bool = False) -> dict:
     runs: dict = {(lay, w): [] for lay in LAYOUTS for w in WORKLOADS}
     try:
         for layout, name in names.items():
-            fabrics[layout] = Fabric(params, name=name, switch_processes=layout).up()
+            fabrics[layout] = Fabric(params, name=name, switch_processes=layout).up(owned=True)
             eps[layout] = FabricEndpoints(name, fab, [SRC, DST], pace_mbps=LINK_MBPS)
         job = 0
         for rep in range(reps):

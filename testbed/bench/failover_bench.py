@@ -172,7 +172,7 @@ def run_failover_bench(quick: bool = False) -> dict:
     nbytes = 20_000_000  # ~2-3 s at what this machine carries: the heal falls inside it
     params = TopologyParams(spines=2, leaves=2, hosts_per_leaf=2, link_mbps=LINK_MBPS)
     started = time.time()
-    fabric = Fabric(params, name=f"fb{os.getpid() % 100000}").up()
+    fabric = Fabric(params, name=f"fb{os.getpid() % 100000}").up(owned=True)
     name, fab = fabric.name, fabric.description
     runs: dict[str, list[dict]] = {t: [] for t in TRANSPORTS}
     with endpoints_on(fabric, ["h1", "h3"], LINK_MBPS) as eps:

@@ -218,7 +218,7 @@ class Soak:
                 seed=sc.seed,
                 time_dilation=self.clock.dilation,
                 switch_processes=self.layout,
-            ).up()
+            ).up(owned=True)
             self._start_endpoints()
             result = self._drive()
         finally:

@@ -123,13 +123,16 @@ def run_transport(
                    + (f" at time dilation {time_dilation:g}" if time_dilation != 1 else ""))  # fmt: skip
     driver: Driver | None = None
     try:
+        # Owned: it dies with this process however that ends, also when the run is a library
+        # call (testbed.run, a bench, a test) that nothing set `own_fabrics` for, and a SIGTERM
+        # ends the process without a `finally` (tests/test_interrupt_netns.py).
         Fabric(
             sc.topology.params(),
             name=name,
             seed=sc.seed,
             time_dilation=time_dilation,
             switch_processes=layout_for_run(sc.emulation.switch_processes, time_dilation),
-        ).up()
+        ).up(owned=True)
         driver = driver_for(name, sc, transport, workdir)  # reads the running fabric's state
         return _drive(name, sc, driver, workdir, progress, Clock(time_dilation))
     except (ControlError, OSError, client.ClientError, BaselineError, pcap.CaptureError) as exc:
