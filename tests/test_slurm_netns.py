@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.analysis.validity import is_valid
 from tests.conftest import ROOT, tb
 
 pytestmark = [
@@ -71,14 +72,27 @@ def states(out: Path) -> dict[int, dict]:
 
 
 def files(root: Path) -> set[str]:
-    """The aggregate's tree: everything but each run's own contents and Slurm's records."""
+    """The aggregate's tree: everything but each run's own contents, Slurm's records and the
+    goodput band (drawn only where a run kept up: see band_where_valid)."""
     out = set()
     for p in root.rglob("*"):
         rel = p.relative_to(root)
         if rel.parts[0] == "slurm" or any(x.startswith("rep-") for x in rel.parts[:-1]):
             continue
+        if rel.name.startswith("goodput_band."):
+            continue
         out.add(str(rel))
     return out
+
+
+def band_where_valid(root: Path) -> None:
+    """A point's goodput band is drawn from its valid runs only, so on this shared machine
+    whether it exists depends on which runs kept up, not on the executor: it must exist
+    exactly where some run's mrc kept up."""
+    for point in sorted(root.glob("points/*")):
+        reps = [json.loads(s.read_text()) for s in point.glob("rep-*/summary.json")]
+        kept_up = any(is_valid(r["transports"]["mrc"].get("emulation")) for r in reps)
+        assert reps and (point / "goodput_band.png").exists() == kept_up, (point, kept_up)
 
 
 def test_a_sweep_on_slurm_resumes_the_killed_run_and_aggregates_like_local(slurm, tmp_path):
@@ -147,6 +161,8 @@ def test_a_sweep_on_slurm_resumes_the_killed_run_and_aggregates_like_local(slurm
         assert a["transports"]["mrc"].keys() == b["transports"]["mrc"].keys()
         assert a["transports"]["mrc"]["runs"] == b["transports"]["mrc"]["runs"] == 2
     assert files(out) == files(local)
+    band_where_valid(out)
+    band_where_valid(local)
 
 
 @pytest.fixture
