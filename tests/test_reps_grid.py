@@ -67,6 +67,27 @@ def test_the_rows_without_copies_send_none_and_meet_the_simulators_rows() -> Non
     assert rows == set(g.DEFAULT_ROWS) and "reps-1copy" not in rows
 
 
+def test_the_fixed_rto_rows_wait_65_us_whatever_the_round_trips() -> None:
+    """`*-fixed-rto` are the two balancers with MRC's local ACK timeout near the simulator's
+    constant one: their timeout must not follow the measured round trips as RFC 6298's does."""
+    from endpoint.config import MRC_TIMEOUT_UNIT_S
+    from endpoint.process_config import EndpointConfig, job_transport_config
+    from testbed.bench.reps_grid import HTSIM_NAMES, _chosen
+    from testbed.harness.endpoint_driver import job_request
+
+    cfg = EndpointConfig.from_obj({"hosts": {"h1": ["10.1.1.1"], "h2": ["10.1.2.1"]}})
+    for row, sim in (("reps-fixed-rto", "reps"), ("oblivious-fixed-rto", "spraying")):
+        sc = load(g.scenario("8to1", "permutation", "switch-degraded", row))
+        tcfg = job_transport_config(cfg, job_request(sc, row))
+        assert tcfg.ack_timeout == g.FIXED_ACK_TIMEOUT and tcfg.lb == row.split("-")[0]
+        assert tcfg.tail_copies == 3  # only the timeout differs from the plain row
+        assert abs(MRC_TIMEOUT_UNIT_S * 2**tcfg.ack_timeout - 65.5e-6) < 0.1e-6
+        assert HTSIM_NAMES["row"][row] == sim
+    plain = load(g.scenario("8to1", "permutation", "switch-degraded", "reps"))
+    assert job_transport_config(cfg, job_request(plain, "reps")).ack_timeout is None
+    assert "reps-fixed-rto" not in {c[3] for c in _chosen(None, None, None, None, {})}
+
+
 def test_the_permutation_leaves_every_leaf_and_uses_4_mib_flows() -> None:
     from testbed.scenario.traffic import flows
 

@@ -63,6 +63,8 @@ HTSIM_NAMES = {
         "reps-1copy": "reps",
         "oblivious-1copy": "spraying",
         "ecmp": "ecmp",
+        "reps-fixed-rto": "reps",
+        "oblivious-fixed-rto": "spraying",
     },
 }
 """Grid names -> the file names of tools/reps_htsim/results: `oblivious` is the paper's
