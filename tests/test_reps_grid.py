@@ -83,6 +83,11 @@ def test_the_fixed_rto_rows_wait_65_us_whatever_the_round_trips() -> None:
         assert tcfg.tail_copies == 3  # only the timeout differs from the plain row
         assert abs(MRC_TIMEOUT_UNIT_S * 2**tcfg.ack_timeout - 65.5e-6) < 0.1e-6
         assert HTSIM_NAMES["row"][row] == sim
+    both = job_transport_config(
+        cfg, job_request(load(g.scenario("8to1", "permutation", "none", "reps-1copy-fixed-rto")),
+                         "reps-1copy-fixed-rto")
+    )  # fmt: skip
+    assert (both.ack_timeout, both.tail_copies, both.lb) == (g.FIXED_ACK_TIMEOUT, 1, "reps")
     plain = load(g.scenario("8to1", "permutation", "switch-degraded", "reps"))
     assert job_transport_config(cfg, job_request(plain, "reps")).ack_timeout is None
     assert "reps-fixed-rto" not in {c[3] for c in _chosen(None, None, None, None, {})}

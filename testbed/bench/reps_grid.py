@@ -65,6 +65,7 @@ HTSIM_NAMES = {
         "ecmp": "ecmp",
         "reps-fixed-rto": "reps",
         "oblivious-fixed-rto": "spraying",
+        "reps-1copy-fixed-rto": "reps",
     },
 }
 """Grid names -> the file names of tools/reps_htsim/results: `oblivious` is the paper's

@@ -85,6 +85,9 @@ ROWS: dict[str, Any] = {
                        "ack_timeout": FIXED_ACK_TIMEOUT},
     "oblivious-fixed-rto": {"name": "mrc", "label": "oblivious-fixed-rto", "lb": "oblivious",
                             "evs": EVS, "ack_timeout": FIXED_ACK_TIMEOUT},
+    # Both of the simulator's ways of resending at once: one copy, a fixed timeout.
+    "reps-1copy-fixed-rto": {"name": "mrc", "label": "reps-1copy-fixed-rto", "lb": "reps",
+                             "evs": EVS, "tail_copies": 1, "ack_timeout": FIXED_ACK_TIMEOUT},
 }  # fmt: skip
 """The load balancers: REPS, oblivious spraying (the paper's "spraying"), MRC's weighted
 round-robin, and the one-path floors."""
