@@ -70,7 +70,7 @@ def test_the_rows_without_copies_send_none_and_meet_the_simulators_rows() -> Non
 def test_the_fixed_rto_rows_wait_65_us_whatever_the_round_trips() -> None:
     """`*-fixed-rto` are the two balancers with MRC's local ACK timeout near the simulator's
     constant one: their timeout must not follow the measured round trips as RFC 6298's does."""
-    from endpoint.config import MRC_TIMEOUT_UNIT_S
+    from endpoint.config import MRC_RETRY_LINEAR_MAX, MRC_TIMEOUT_UNIT_S
     from endpoint.process_config import EndpointConfig, job_transport_config
     from testbed.bench.reps_grid import HTSIM_NAMES, _chosen
     from testbed.harness.endpoint_driver import job_request
@@ -88,6 +88,17 @@ def test_the_fixed_rto_rows_wait_65_us_whatever_the_round_trips() -> None:
                          "reps-1copy-fixed-rto")
     )  # fmt: skip
     assert (both.ack_timeout, both.tail_copies, both.lb) == (g.FIXED_ACK_TIMEOUT, 1, "reps")
+    assert both.retry_linear_cnt == 0  # backs off at once, as MRC's default
+    sim = job_transport_config(
+        cfg, job_request(load(g.scenario("8to1", "permutation", "none", "reps-sim-resend")),
+                         "reps-sim-resend")
+    )  # fmt: skip
+    assert (sim.ack_timeout, sim.tail_copies, sim.retry_linear_cnt) == (
+        g.FIXED_ACK_TIMEOUT,
+        1,
+        MRC_RETRY_LINEAR_MAX,
+    )
+    assert HTSIM_NAMES["row"]["reps-sim-resend"] == "reps"
     plain = load(g.scenario("8to1", "permutation", "switch-degraded", "reps"))
     assert job_transport_config(cfg, job_request(plain, "reps")).ack_timeout is None
     assert "reps-fixed-rto" not in {c[3] for c in _chosen(None, None, None, None, {})}

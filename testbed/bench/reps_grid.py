@@ -66,6 +66,7 @@ HTSIM_NAMES = {
         "reps-fixed-rto": "reps",
         "oblivious-fixed-rto": "spraying",
         "reps-1copy-fixed-rto": "reps",
+        "reps-sim-resend": "reps",
     },
 }
 """Grid names -> the file names of tools/reps_htsim/results: `oblivious` is the paper's

@@ -22,6 +22,8 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from endpoint.config import MRC_RETRY_LINEAR_MAX
+
 MIB4 = 4 * 1024 * 1024  # the paper's 4 MiB flows
 SPINES, LEAVES, HOSTS_PER_LEAF = 4, 8, 4
 LINK_MBPS = 800_000.0
@@ -85,9 +87,15 @@ ROWS: dict[str, Any] = {
                        "ack_timeout": FIXED_ACK_TIMEOUT},
     "oblivious-fixed-rto": {"name": "mrc", "label": "oblivious-fixed-rto", "lb": "oblivious",
                             "evs": EVS, "ack_timeout": FIXED_ACK_TIMEOUT},
-    # Both of the simulator's ways of resending at once: one copy, a fixed timeout.
+    # One copy and a fixed timeout; the timeout still doubles per timeout in a row.
     "reps-1copy-fixed-rto": {"name": "mrc", "label": "reps-1copy-fixed-rto", "lb": "reps",
                              "evs": EVS, "tail_copies": 1, "ack_timeout": FIXED_ACK_TIMEOUT},
+    # REPS resending as the simulator does: one copy and a constant timeout. Its timer
+    # (sim/uec.cpp) is 5 base RTTs from each packet's last send and never backs off; MRC's
+    # first `retry_linear_cnt` timeouts in a row do not double, its maximum is 7.
+    "reps-sim-resend": {"name": "mrc", "label": "reps-sim-resend", "lb": "reps", "evs": EVS,
+                        "tail_copies": 1, "ack_timeout": FIXED_ACK_TIMEOUT,
+                        "retry_linear_cnt": MRC_RETRY_LINEAR_MAX},
 }  # fmt: skip
 """The load balancers: REPS, oblivious spraying (the paper's "spraying"), MRC's weighted
 round-robin, and the one-path floors."""

@@ -416,7 +416,8 @@ def _bench_and_lab_commands(sub) -> None:
             "rows",
             "reps, oblivious, wrr, single-path, roce (default), reps-1copy, oblivious-1copy, "
             "ecmp (MRC's recovery on one EV), reps-fixed-rto, oblivious-fixed-rto (MRC's "
-            "fixed 65.5 us ACK timeout, not RFC 6298's RTO), reps-1copy-fixed-rto",
+            "fixed 65.5 us ACK timeout, not RFC 6298's RTO), reps-1copy-fixed-rto, "
+            "reps-sim-resend (one copy, a timeout that does not back off)",
         ),
     ):
         be.add_argument(
