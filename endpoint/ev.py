@@ -195,19 +195,23 @@ class EVSet:
 
     def pick_resend(self, exclude: int | None = None) -> EVPath:
         """An EV for a packet already lost once: one of the EVs whose ACKs arrived last, in
-        turn (the most recent first), else whatever ``pick`` gives.
+        turn (the most recent first), unless that ACK carried ECN; else whatever ``pick``
+        gives.
 
         Right after a failure the sender does not yet know which of its EVs died; a resend on
         the next EV in the rotation landed on another dead one as often as the failure's share
         of the paths (75% of round trips across a dead spine link on two spines), and a tail
         packet then needed one RTO per attempt. An EV that has just been acknowledged is the
-        best evidence of a working round trip there is.
+        best evidence of a working round trip there is -- but not if its ACK was marked: behind
+        a switch slowed to a tenth, its ~1 ms queue's marked ACKs were the only ones still
+        coming back, and every resend of the REPS grid's slowest flows went into that queue
+        again, one timeout after another (docs/measurements/2026-12-07-degraded-switch-resends.md).
         """
         recent = self.recent
         n = len(recent)
         for i in range(n):
             p = recent[n - 1 - (self._next_resend + i) % n]
-            if self._usable(p, exclude):
+            if not p.last_ack_ce and self._usable(p, exclude):
                 self._next_resend = (self._next_resend + i + 1) % RECENT_ACKED
                 return p
         return self.pick(exclude)

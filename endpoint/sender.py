@@ -366,15 +366,16 @@ class Sender:
         while self.snd_una != self.next_psn and self.snd_una not in unacked:
             self.snd_una = psn_add(self.snd_una, 1)
         # The round trip proven is the trigger's alone: the ACK came back on its EV's reply path.
+        ce = a.ecn_echo > 0
         ev_path = self.evs.by_ev.get(a.ev_echo)
         if ev_path is not None:
+            ev_path.last_ack_ce = ce
             recent = self.evs.recent
             if not recent or recent[-1] is not ev_path:
                 recent.append(ev_path)
         self.recovery.on_ack(ev_path, a.ts_echo / 1e9, covered, acked > 0, newest, rtt, now)
         if covered and self._ack_every > 1:  # another ACK went missing (or is late)
             self._quick_acks = int(self.cc.cwnd // self.cfg.max_payload)
-        ce = a.ecn_echo > 0
         if ce:
             st.counters["ecn_echo_rx"] += 1
         self._ev_feedback(a.ev_echo, run, ce, now)

@@ -385,6 +385,23 @@ def test_a_run_ack_gives_every_ev_of_the_run_its_feedback() -> None:
     assert [path.ev for path in evs.recent] == [pkts[3].ev]
 
 
+def test_a_resend_avoids_an_ev_whose_latest_ack_was_marked() -> None:
+    """Resends go to the EVs acknowledged last (`pick_resend`), but not to one whose ACK
+    carried ECN: behind a switch slowed to a tenth its marked ACKs were the last to come
+    back, and each resend there waited out its ~1 ms queue again. With every recent ACK
+    marked, a resend is placed as any packet is."""
+    tx = Tx(ack_every=1)
+    pkts = tx.send(4 * 1420)
+    evs = tx.conn.sender.evs
+    tx.ack(0, 0, now=100e-6)
+    tx.ack(1, 0, now=110e-6, ce=True)  # the latest ACK, marked
+    assert [p.ev for p in evs.recent] == [pkts[0].ev, pkts[1].ev]
+    assert {evs.pick_resend().ev for _ in range(6)} == {pkts[0].ev}
+    tx.ack(2, 0, now=120e-6, ce=True)
+    evs.by_ev[pkts[0].ev].last_ack_ce = True  # as if its next ACK had been marked too
+    assert len({evs.pick_resend().ev for _ in range(8)}) > 3  # spread, not the two marked
+
+
 def test_a_marked_run_ack_marks_every_ev_of_the_run() -> None:
     tx = Tx()
     pkts = tx.send(4 * 1420)
