@@ -67,9 +67,10 @@ def test_the_rows_without_copies_send_none_and_meet_the_simulators_rows() -> Non
     assert rows == set(g.DEFAULT_ROWS) and "reps-1copy" not in rows
 
 
-def test_the_fixed_rto_rows_wait_65_us_whatever_the_round_trips() -> None:
+def test_the_fixed_rto_rows_set_mrcs_65_us_ack_timeout_and_nothing_else() -> None:
     """`*-fixed-rto` are the two balancers with MRC's local ACK timeout near the simulator's
-    constant one: their timeout must not follow the measured round trips as RFC 6298's does."""
+    constant one. What that timeout does (fixed, not RFC 6298's, doubling after the linear
+    retries) is tests/test_endpoint_qp_timeout.py's; this checks the rows ask for it."""
     from endpoint.config import MRC_RETRY_LINEAR_MAX, MRC_TIMEOUT_UNIT_S
     from endpoint.process_config import EndpointConfig, job_transport_config
     from testbed.bench.reps_grid import HTSIM_NAMES, _chosen
