@@ -49,6 +49,10 @@ POLICY_FUNCTIONS = ("retire", "schedule_probe", "readmit")
 
 
 RECENT_ACKED = 8  # resends rotate over the EVs of this many latest ACKs
+# ... whose latest round trip took at most this many times the connection's shortest: a
+# standing queue (a switch slowed to a tenth: 15-100x) is passed over, ordinary congestion
+# (all-to-all into 12 kB queues: 1.5-3x, every EV alike) is not.
+RESEND_RTT_FACTOR = 8
 RANDOM_TRIES = 8  # random draws before a random pick falls back to the round-robin one
 
 Replacement = tuple[int, int, EVState, bool]
@@ -193,25 +197,30 @@ class EVSet:
             if self.reps_frozen and p not in self.reps_frozen:
                 self.reps_frozen.append(p)
 
-    def pick_resend(self, exclude: int | None = None) -> EVPath:
+    def pick_resend(self, exclude: int | None = None, rtt_limit: float = float("inf")) -> EVPath:
         """An EV for a packet already lost once: one of the EVs whose ACKs arrived last, in
-        turn (the most recent first), unless that ACK carried ECN; else whatever ``pick``
-        gives.
+        turn (the most recent first), unless that ACK's round trip took longer than
+        ``rtt_limit``; else whatever ``pick`` gives.
 
         Right after a failure the sender does not yet know which of its EVs died; a resend on
         the next EV in the rotation landed on another dead one as often as the failure's share
         of the paths (75% of round trips across a dead spine link on two spines), and a tail
         packet then needed one RTO per attempt. An EV that has just been acknowledged is the
-        best evidence of a working round trip there is -- but not if its ACK was marked: behind
-        a switch slowed to a tenth, its ~1 ms queue's marked ACKs were the only ones still
-        coming back, and every resend of the REPS grid's slowest flows went into that queue
-        again, one timeout after another (docs/measurements/2026-12-07-degraded-switch-resends.md).
+        best evidence of a working round trip there is -- but not if that round trip crossed a
+        standing queue: behind a switch slowed to a tenth its ~1 ms late ACKs were the only
+        ones still coming back, and every resend of the REPS grid's slowest flows went into
+        that queue again, one timeout after another
+        (docs/measurements/2026-12-07-degraded-switch-resends.md). The test is the round
+        trip's length, not its ECN mark: under all-to-all nearly every ACK is marked at the
+        receivers' shared downlinks, and resends sent as new packets instead went into a
+        black hole not yet found and waited for a tail probe and an RTO
+        (docs/measurements/2026-12-07-resend-rule-and-deny.md).
         """
         recent = self.recent
         n = len(recent)
         for i in range(n):
             p = recent[n - 1 - (self._next_resend + i) % n]
-            if not p.last_ack_ce and self._usable(p, exclude):
+            if p.last_ack_rtt <= rtt_limit and self._usable(p, exclude):
                 self._next_resend = (self._next_resend + i + 1) % RECENT_ACKED
                 return p
         return self.pick(exclude)

@@ -40,7 +40,7 @@ class EVPath:
         "last_sent_at",
         "ack_misses",
         "proven_at",
-        "last_ack_ce",
+        "last_ack_rtt",
     )
 
     def __init__(self, ev: int, plane: int) -> None:
@@ -62,8 +62,8 @@ class EVPath:
         # Send time of the latest packet or probe on this EV whose own reply came back: the
         # round trip worked then (the sender's loss sweep asks "since when?").
         self.proven_at = float("-inf")
-        # Did the latest ACK that came back on this EV carry ECN? A resend goes on a recently
-        # acknowledged EV (EVSet.pick_resend), but not on one whose round trip went through a
-        # standing queue: behind a slowed switch the only ACKs still coming back are its own,
-        # marked, ~1 ms late.
-        self.last_ack_ce = False
+        # The round trip of the latest ACK that came back on this EV (s; inf: none timed). A
+        # resend goes on a recently acknowledged EV (EVSet.pick_resend), but not on one whose
+        # round trip went through a standing queue: behind a slowed switch the only ACKs still
+        # coming back are its own, ~1 ms late.
+        self.last_ack_rtt = float("inf")

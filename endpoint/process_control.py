@@ -287,19 +287,19 @@ class ControlHandlers:
         """`rule` on every connection of `conns` that has not got it, all or none; returns how
         many EVs it denied. A refusal undoes it where it was just applied, and only there."""
         applied = []
-        denied = 0
         try:
             for conn in conns:
                 evs = conn.sender.evs
                 if rule in evs.deny_rules:
                     continue
-                denied += len(evs.deny(*rule, now))
-                applied.append(evs)
+                applied.append((conn, evs.deny(*rule, now)))
         except ValueError as exc:
-            for evs in applied:
-                evs.allow(*rule, now)
+            for conn, _ in applied:
+                conn.sender.evs.allow(*rule, now)
             raise ValueError(f"{self.host}: {exc}") from None
-        return denied
+        for conn, hit in applied:  # all applied: what was in flight on them goes again
+            conn.sender.recovery.on_denied(hit, now)
+        return sum(len(hit) for _, hit in applied)
 
     def _job(self, req: dict) -> Job:
         job = self.jobs.get(req.get("job"))  # type: ignore[arg-type]

@@ -314,6 +314,18 @@ class Recovery:
             if self._sweep_on and self.sweep_until is None:
                 self._open_sweep(p.sent_at, now)
 
+    def on_denied(self, evs: list[int], now: float) -> None:
+        """The EVs ``evs`` were just denied (MRC's EV deny): what is in flight on them is
+        resent now (``retransmits.ev_denied``), as on a retirement. A deny names a link the
+        controller found dead, and nothing else tells the sender that those packets are gone:
+        a connection whose last packets went into a spine link's black hole before the deny
+        waited for a tail probe and an RTO (the dc-blackhole-controller scenario's slowest flow
+        finished 80-170 µs after the others). A copy that did get through costs one duplicate
+        at the receiver, which drops it."""
+        gone = set(evs)
+        for q in [q for q in self.inflight.values() if q.ev in gone]:
+            self.declare_lost(q, "ev_denied", now)
+
     def _retire(self, ev: int, now: float, reason: str) -> None:
         if not self.evs.retire(ev, now, self.probe_seq, reason):
             return

@@ -13,7 +13,7 @@ from endpoint import codec
 from endpoint.codec import AckPacket, NackPacket, ProbeAckPacket
 from endpoint.config import Mode, TransportConfig
 from endpoint.dcqcn import Dcqcn
-from endpoint.ev import EVSet
+from endpoint.ev import RESEND_RTT_FACTOR, EVSet
 from endpoint.ev_path import EVPath, EVState
 from endpoint.nscc import Nscc
 from endpoint.outgoing import INFLIGHT, LOST, OutMessage, OutPacket
@@ -280,7 +280,9 @@ class Sender:
         """The EV of a spraying mode's packet: a resend avoids the EV it was lost on."""
         rec = self.recovery
         if p.transmissions and self.policy.failover:
-            return self.evs.pick_resend(exclude=p.ev)
+            base = self.rtt.min_rtt
+            limit = RESEND_RTT_FACTOR * base if base is not None else float("inf")
+            return self.evs.pick_resend(exclude=p.ev, rtt_limit=limit)
         if rec.sweep_until is not None:
             return self.evs.pick(proven_since=rec.sweep_since)
         return self.evs.pick(exclude=p.ev if p.transmissions else None)
@@ -366,16 +368,17 @@ class Sender:
         while self.snd_una != self.next_psn and self.snd_una not in unacked:
             self.snd_una = psn_add(self.snd_una, 1)
         # The round trip proven is the trigger's alone: the ACK came back on its EV's reply path.
-        ce = a.ecn_echo > 0
         ev_path = self.evs.by_ev.get(a.ev_echo)
         if ev_path is not None:
-            ev_path.last_ack_ce = ce
+            if rtt is not None:
+                ev_path.last_ack_rtt = rtt
             recent = self.evs.recent
             if not recent or recent[-1] is not ev_path:
                 recent.append(ev_path)
         self.recovery.on_ack(ev_path, a.ts_echo / 1e9, covered, acked > 0, newest, rtt, now)
         if covered and self._ack_every > 1:  # another ACK went missing (or is late)
             self._quick_acks = int(self.cc.cwnd // self.cfg.max_payload)
+        ce = a.ecn_echo > 0
         if ce:
             st.counters["ecn_echo_rx"] += 1
         self._ev_feedback(a.ev_echo, run, ce, now)

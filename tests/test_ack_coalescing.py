@@ -17,6 +17,7 @@ from contracts.dscp import ECN_CE, ECN_ECT0, tos
 from endpoint import codec
 from endpoint.codec import AckPacket, NackPacket, ProbeAckPacket
 from endpoint.config import TransportConfig
+from endpoint.ev import RESEND_RTT_FACTOR
 from endpoint.ev_path import EVState
 from endpoint.outgoing import LOST, OutMessage, OutPacket
 from endpoint.psn import PSN_MASK
@@ -385,21 +386,39 @@ def test_a_run_ack_gives_every_ev_of_the_run_its_feedback() -> None:
     assert [path.ev for path in evs.recent] == [pkts[3].ev]
 
 
-def test_a_resend_avoids_an_ev_whose_latest_ack_was_marked() -> None:
-    """Resends go to the EVs acknowledged last (`pick_resend`), but not to one whose ACK
-    carried ECN: behind a switch slowed to a tenth its marked ACKs were the last to come
-    back, and each resend there waited out its ~1 ms queue again. With every recent ACK
-    marked, a resend is placed as any packet is."""
+def test_a_resend_avoids_an_ev_whose_latest_round_trip_was_long() -> None:
+    """Resends go to the EVs acknowledged last (`pick_resend`), but not to one whose round
+    trip took more than RESEND_RTT_FACTOR times the connection's shortest: behind a switch
+    slowed to a tenth its ~1 ms late ACKs were the last to come back, and each resend there
+    waited out that queue again. With every recent round trip long, a resend is placed as any
+    packet is."""
     tx = Tx(ack_every=1)
     pkts = tx.send(4 * 1420)
-    evs = tx.conn.sender.evs
-    tx.ack(0, 0, now=100e-6)
-    tx.ack(1, 0, now=110e-6, ce=True)  # the latest ACK, marked
+    sender = tx.conn.sender
+    evs = sender.evs
+    tx.ack(0, 0, now=100e-6)  # 100 us: the shortest round trip
+    tx.ack(1, 0, now=(RESEND_RTT_FACTOR * 100 + 50) * 1e-6)  # the latest ACK: too long
     assert [p.ev for p in evs.recent] == [pkts[0].ev, pkts[1].ev]
-    assert {evs.pick_resend().ev for _ in range(6)} == {pkts[0].ev}
-    tx.ack(2, 0, now=120e-6, ce=True)
-    evs.by_ev[pkts[0].ev].last_ack_ce = True  # as if its next ACK had been marked too
-    assert len({evs.pick_resend().ev for _ in range(8)}) > 3  # spread, not the two marked
+    lost = sender.unacked[pkts[2].psn]
+    assert lost.transmissions == 1
+    assert {sender._pick_path(lost).ev for _ in range(6)} == {pkts[0].ev}
+    evs.by_ev[pkts[0].ev].last_ack_rtt = 1e-3  # as if its next round trip had been long too
+    assert len({sender._pick_path(lost).ev for _ in range(8)}) > 3  # spread, not the two
+
+
+def test_a_resend_takes_a_recent_ev_whose_ack_was_marked_after_a_short_round_trip() -> None:
+    """Under all-to-all nearly every ACK is marked at the receivers' shared downlinks. An EV
+    just acknowledged is still the best evidence of a working path: resends placed as new
+    packets instead (the rule that passed over marked ACKs) went into a spine link's black
+    hole before it was found, and waited for a tail probe and an RTO
+    (dc-blackhole-controller failed its failover limit so)."""
+    tx = Tx(ack_every=1)
+    pkts = tx.send(4 * 1420)
+    sender = tx.conn.sender
+    tx.ack(0, 0, now=100e-6, ce=True)
+    tx.ack(1, 0, now=150e-6, ce=True)
+    lost = sender.unacked[pkts[2].psn]
+    assert {sender._pick_path(lost).ev for _ in range(8)} == {pkts[0].ev, pkts[1].ev}
 
 
 def test_a_marked_run_ack_marks_every_ev_of_the_run() -> None:

@@ -372,6 +372,49 @@ def test_a_deny_mask_takes_its_evs_out_until_lifted() -> None:
     assert evs.allow(0x3, 0x1, 5.0) == []
 
 
+def test_a_deny_resends_at_once_what_is_in_flight_on_its_evs() -> None:
+    """A deny names a link found dead; the packets already sent over it are gone and nothing
+    else would tell the sender before a tail probe or an RTO. The deny op resends them at once,
+    on EVs it left, and nothing else; a deny refused on any connection resends nothing."""
+    from types import SimpleNamespace
+
+    import pytest
+
+    from endpoint import codec
+    from endpoint.process_control import ControlHandlers
+    from endpoint.transport import Endpoint
+
+    def sender(qp: int):
+        cfg = TransportConfig(
+            ev_profile="generated", num_evs=16, min_active_evs=9, base_rtt=1e-3, line_rate_bps=1e9
+        )
+        ep = Endpoint(cfg)
+        conn = ep.connect(qp, qp + 100, "rx")
+        conn.send(bytes(8 * 1420), 0.0)
+        first = []
+        for us in range(100):  # paced out over the first microseconds
+            first += [codec.decode(t.payload) for t in ep.poll_transmit(us * 1e-6)]
+        return ep, conn, first
+
+    handlers = SimpleNamespace(host="h1")
+    ep, conn, first = sender(1)
+    assert len(first) == 8
+    denied = ControlHandlers._deny_on(handlers, [conn], (0x3, 0x1), 100e-6)
+    gone = {p.psn for p in first if p.ev & 0x3 == 0x1}
+    assert denied == 4 and gone  # 4 of 16 EVs; some of the 8 packets went on them
+    again = [codec.decode(t.payload) for t in ep.poll_transmit(101e-6)]
+    assert {p.psn for p in again} == gone
+    assert not any(p.ev & 0x3 == 0x1 for p in again)
+    assert conn.stats.retransmits["ev_denied"] == len(gone)
+    # All or none: the second connection cannot give up 4 more EVs (min_active_evs 9).
+    ep2, conn2, _ = sender(2)
+    ep3, conn3, _ = sender(3)
+    conn3.sender.evs.deny(0x3, 0x2, 0.0)
+    with pytest.raises(ValueError, match="min_active_evs"):
+        ControlHandlers._deny_on(handlers, [conn2, conn3], (0x3, 0x1), 100e-6)
+    assert ep2.poll_transmit(101e-6) == [] and not conn2.stats.retransmits["ev_denied"]
+
+
 def test_denied_evs_carry_no_packet_of_a_transfer() -> None:
     from endpoint.simnet import PairHarness, SimNet
 
