@@ -320,7 +320,7 @@ class Recovery:
         controller found dead, and nothing else tells the sender that those packets are gone:
         a connection whose last packets went into a spine link's black hole before the deny
         waited for a tail probe and an RTO (the dc-blackhole-controller scenario's slowest flow
-        finished 80-170 µs after the others). A copy that did get through costs one duplicate
+        finished 99-166 µs after the median one). A copy that did get through costs one duplicate
         at the receiver, which drops it."""
         gone = set(evs)
         for q in [q for q in self.inflight.values() if q.ev in gone]:
