@@ -407,11 +407,10 @@ def test_a_resend_avoids_an_ev_whose_latest_round_trip_was_long() -> None:
 
 
 def test_a_resend_takes_a_recent_ev_whose_ack_was_marked_after_a_short_round_trip() -> None:
-    """Under all-to-all nearly every ACK is marked at the receivers' shared downlinks. An EV
-    just acknowledged is still the best evidence of a working path: resends placed as new
-    packets instead (the rule that passed over marked ACKs) went into a spine link's black
-    hole before it was found, and waited for a tail probe and an RTO
-    (dc-blackhole-controller failed its failover limit so)."""
+    """An EV just acknowledged after a short round trip is the best evidence of a working
+    path, marked or not: a mark says a queue passed half full on the way. A resend placed as
+    any packet is instead (the first rule passed over marked ACKs) can take an EV into a
+    failure not yet found."""
     tx = Tx(ack_every=1)
     pkts = tx.send(4 * 1420)
     sender = tx.conn.sender
