@@ -189,3 +189,45 @@ def test_a_scenario_chooses_the_policy_per_configuration():
     with pytest.raises(ScenarioError) as err:
         validate(data)
     assert "transport[0].lb" in str(err.value) and "\n" not in str(err.value)
+
+
+def _standing_queue(evs: EVSet, slow: list[int], fast: list[int]) -> None:
+    """The EVs `slow` last came back through a standing queue (1 ms), `fast` in 10 µs; only
+    the slow ones' ACKs came back lately, and an RTO froze REPS on them."""
+    for e in fast:
+        evs.by_ev[e].last_ack_rtt = 10e-6
+    for e in slow:
+        evs.by_ev[e].last_ack_rtt = 1e-3
+        evs.on_clean_ack(e, 1.0)
+        evs.recent.append(evs.by_ev[e])
+    evs.on_timeout(1.0, 1.0)
+    assert evs.reps_frozen and {p.ev for p in evs.reps_frozen} <= set(slow)
+
+
+def test_a_resend_leaves_reps_frozen_on_a_standing_queue_for_an_ev_that_was_not():
+    """Behind a spine slowed to a tenth only its ACKs came back, so every recent EV was passed
+    over and the resend went where `pick` put it: REPS's freeze on those same EVs. It now goes
+    on an EV not known to be queued -- and stays `pick`'s where every EV is."""
+    evs, ev = evset("reps")
+    slow, fast = ev[:4], ev[4:]
+    _standing_queue(evs, slow, fast)
+    limit = 80e-6  # 8 x a 10 µs shortest round trip
+    picks = [evs.pick_resend(exclude=ev[5], rtt_limit=limit).ev for _ in range(40)]
+    assert not set(picks) & set(slow) and ev[5] not in picks
+    assert len(set(picks)) > 4  # drawn at random among them, as the simulator's REPS does
+    assert evs.lb_counts["off_queue"] == 40
+    evs2, ev2 = evset("reps")
+    _standing_queue(evs2, ev2, [])  # every EV's round trip was long
+    assert {evs2.pick_resend(rtt_limit=limit).ev for _ in range(8)} <= set(ev2)
+    assert evs2.lb_counts["off_queue"] == 0 and evs2.lb_counts["frozen"] == 8
+
+
+def test_pick_is_kept_for_a_resend_unless_its_ev_is_known_to_be_queued():
+    evs, ev = evset("reps")
+    evs.on_clean_ack(ev[2], 1.0)  # recycled next, never measured: kept
+    assert evs.off_standing_queue(evs.pick(), None, 80e-6).ev == ev[2]
+    evs.by_ev[ev[3]].last_ack_rtt = 70e-6  # within the limit: kept
+    assert evs.off_standing_queue(evs.by_ev[ev[3]], None, 80e-6).ev == ev[3]
+    evs.by_ev[ev[3]].last_ack_rtt = 90e-6
+    assert evs.off_standing_queue(evs.by_ev[ev[3]], None, 80e-6).ev != ev[3]
+    assert evs.off_standing_queue(evs.by_ev[ev[3]], None, float("inf")).ev == ev[3]
