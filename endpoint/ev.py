@@ -237,7 +237,7 @@ class EVSet:
         behind a spine slowed to a tenth every timeout resend and its copies went into its
         ~120 µs queue again, and the 1:1 permutation's receivers sat idle 146 µs for them
         (P99 +85 % against the authors' simulator, whose REPS sends a timed-out packet on a
-        random path; docs/measurements/2026-12-08-resend-fallback.md). ``pick``'s choice is
+        random path; docs/measurements/2026-12-07-resend-fallback.md). ``pick``'s choice is
         kept whenever it is not known to be queued (never acknowledged counts as unknown),
         and where every EV's round trip is long alike (the 8:1 fabric's uplinks under load)
         the draws find none and ``pick`` decides, as before.
