@@ -19,13 +19,14 @@ setup:
 # The pure tests on both cores on the compiled data path (the default where it is built), then
 # again on the Python one (contracts.datapath) those whose modules import what the data path
 # can change (the `datapath` marker, tests/conftest.py); then the namespace tests, one at a time
-# (they measure the machine). The differential tests of the two paths run in both passes.
+# (they measure the machine), listing every one that took 5 s or more (where the time goes). The
+# differential tests of the two paths run in both passes.
 test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -m "not netns" -n 2 -q
 	TESTBED_DATAPATH=python $(PY) -m pytest -m "datapath and not netns" -n 2 -q
-	$(PY) -m pytest -m netns --durations=25
+	$(PY) -m pytest -m netns --durations=0 --durations-min=5
 
 # Lint and the pure tests (no root, no namespaces) on both cores: under two minutes. It leaves
 # out the `build` tests (a wheel built and installed, the ASan/UBSan builds of the C code, a
