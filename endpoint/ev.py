@@ -54,7 +54,6 @@ RECENT_ACKED = 8  # resends rotate over the EVs of this many latest ACKs
 # congestion (all-to-all into 12 kB queues: up to ~3x, every EV alike) is not.
 RESEND_RTT_FACTOR = 8
 RANDOM_TRIES = 8  # random draws before a random pick falls back to the round-robin one
-_NEVER = float("inf")  # an EVPath's last_ack_rtt before its first ACK
 
 Replacement = tuple[int, int, EVState, bool]
 """One REPLACE_EV entry: (ev, ev_new, state, all_copies)."""
@@ -92,7 +91,7 @@ class EVSet:
         self.reps_frozen: list[EVPath] = []  # what a freeze cycles through
         self._frozen_next = 0
         self.reps_explore = 0  # random picks left before recycling resumes
-        self.lb_counts = {"recycled": 0, "explored": 0, "frozen": 0, "off_queue": 0}
+        self.lb_counts = {"recycled": 0, "explored": 0, "frozen": 0}
 
     # -- selection ---------------------------------------------------------------------------
 
@@ -225,33 +224,7 @@ class EVSet:
             if p.last_ack_rtt <= rtt_limit and self._usable(p, exclude):
                 self._next_resend = (self._next_resend + i + 1) % RECENT_ACKED
                 return p
-        return self.off_standing_queue(self.pick(exclude), exclude, rtt_limit)
-
-    def off_standing_queue(self, p: EVPath, exclude: int | None, rtt_limit: float) -> EVPath:
-        """``p``, unless its latest round trip took longer than ``rtt_limit``: then a random
-        usable EV whose latest did not (or that has none yet), if one turns up.
-
-        For a resend (or a copy of one) after the recent EVs were all passed over. Why: when
-        only a standing queue's ACKs still come back, ``pick`` takes its EVs as well -- REPS
-        recycles the EVs of the latest good ACKs and, after a timeout, freezes on them -- so
-        behind a spine slowed to a tenth every timeout resend and its copies went into its
-        ~120 µs queue again, and the 1:1 permutation's receivers sat idle 146 µs for them
-        (P99 +85 % against the authors' simulator, whose REPS sends a timed-out packet on a
-        random path; docs/measurements/2026-12-07-resend-fallback.md). ``pick``'s choice is
-        kept whenever it is not known to be queued (never acknowledged counts as unknown),
-        and where every EV's round trip is long alike (the 8:1 fabric's uplinks under load)
-        the draws find none and ``pick`` decides, as before.
-        """
-        if not rtt_limit < p.last_ack_rtt < _NEVER:
-            return p
-        paths = self.paths
-        for _ in range(RANDOM_TRIES):
-            q = paths[self._rng.randrange(len(paths))]
-            if q.last_ack_rtt <= rtt_limit or q.last_ack_rtt == _NEVER:
-                if self._usable(q, exclude):
-                    self.lb_counts["off_queue"] += 1
-                    return q
-        return p
+        return self.pick(exclude)
 
     def healthy_count(self) -> int:
         return sum(1 for p in self.paths if self._usable(p, None))

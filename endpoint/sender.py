@@ -280,15 +280,12 @@ class Sender:
         """The EV of a spraying mode's packet: a resend avoids the EV it was lost on."""
         rec = self.recovery
         if p.transmissions and self.policy.failover:
-            return self.evs.pick_resend(exclude=p.ev, rtt_limit=self._resend_rtt_limit())
+            base = self.rtt.min_rtt
+            limit = RESEND_RTT_FACTOR * base if base is not None else float("inf")
+            return self.evs.pick_resend(exclude=p.ev, rtt_limit=limit)
         if rec.sweep_until is not None:
             return self.evs.pick(proven_since=rec.sweep_since)
         return self.evs.pick(exclude=p.ev if p.transmissions else None)
-
-    def _resend_rtt_limit(self) -> float:
-        """The longest latest round trip of an EV a resend may take (EVSet.pick_resend)."""
-        base = self.rtt.min_rtt
-        return RESEND_RTT_FACTOR * base if base is not None else float("inf")
 
     def _send_copies(self, p: OutPacket, payload: bytes, now: float, out: list) -> None:
         """Extra copies of a last-resort (RTO or tail-probe) resend, each on another EV.
@@ -302,10 +299,8 @@ class Sender:
         """
         c = self.stats.counters
         used = {p.ev}
-        limit = self._resend_rtt_limit()
-        evs = self.evs
         for _ in range(self._tail_copies - 1):
-            path = evs.off_standing_queue(evs.pick(exclude=p.ev), p.ev, limit)
+            path = self.evs.pick(exclude=p.ev)
             if path.ev in used or path.state is EVState.FAILED or path.state is EVState.DENIED:
                 continue
             used.add(path.ev)
