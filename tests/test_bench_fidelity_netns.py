@@ -1,12 +1,12 @@
 """`testbed bench fidelity --quick --json` on real dilated fabrics: the shape, and what must hold.
 
 The quick bench (one seed, 1 MB flows, the spraying and hashed rows, a 4 -> 1 incast; ~60 s) is
-what CI runs of the fidelity bench. What it must show whatever the machine's speed: every row beside htsim's figure
-with the difference computed from the two, every run with a validity verdict and its results,
-no row above the header-overhead ceiling (a goodput over what the wire can carry is an
-accounting error), generated EVs on the source-routed fabric spreading over the paths within
-the ±5 % of issue 19 on the median leaf while hashed EVs do not, and an incast in which every
-sender finished.
+what CI runs of the fidelity bench. What it must show whatever the machine's speed: every row
+beside htsim's figure with the difference computed from the two, every run with a validity
+verdict and its results, no row above the header-overhead ceiling (a goodput over what the wire
+can carry is an accounting error), generated EVs on the source-routed fabric spreading over the
+paths within the ±5 % of issue 19 on the median leaf while hashed EVs do not, and an incast in
+which every sender finished.
 The utilisation figures themselves are the bench's to report (docs/fidelity.md), not a test's.
 """
 
