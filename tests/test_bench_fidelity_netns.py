@@ -1,6 +1,6 @@
 """`testbed bench fidelity --quick --json` on real dilated fabrics: the shape, and what must hold.
 
-The quick bench (one seed, 1 MB flows, the spraying and hashed rows, a 4 -> 1 incast; ~60 s) is
+The quick bench (one seed, 1 MB flows, the spraying and hashed rows, a 4 -> 1 incast; ~50 s) is
 what CI runs of the fidelity bench. What it must show whatever the machine's speed: every row
 beside htsim's figure with the difference computed from the two, every run with a validity
 verdict and its results, no row above the header-overhead ceiling (a goodput over what the wire
@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from testbed.bench.fidelity_scenarios import QUICK_PERMUTATION_ROWS
 from testbed.bench.fidelity_table import format_fidelity_table
 from tests.conftest import tb, verdict_implied
 
@@ -38,7 +37,9 @@ def _runs(bench: dict) -> list[dict]:
 def test_shape(bench) -> None:
     assert bench["bench"] == "fidelity" and bench["meta"]["quick"] is True
     assert bench["seeds"] == [1]
-    assert [r["row"] for r in bench["permutation"]] == list(QUICK_PERMUTATION_ROWS)
+    # The two rows test_generated_evs_cover_the_paths_evenly_and_hashed_ones_do_not compares,
+    # named here, not read back from the constant the bench itself uses.
+    assert [r["row"] for r in bench["permutation"]] == ["mrc", "mrc-16ev"]
     assert bench["slow_link"] is None  # not in the quick bench
     assert "mean" in bench["permutation"][0]["htsim"]
     print(format_fidelity_table(bench))  # the table renders from the JSON

@@ -35,7 +35,8 @@ PERMUTATION_ROWS = ("mrc", "mrc-16ev", "mrc-1ev", "single-path", "mrc-9000")
 QUICK_PERMUTATION_ROWS = ("mrc", "mrc-16ev")
 """`--quick` (CI) keeps the two rows its checks compare -- generated EVs spread evenly over the
 paths, hashed ones do not -- and leaves the one-path rows, whose htsim figure is the same
-NDP-on-one-path, to the whole bench: each row is a fabric run of ~18 s on two cores."""
+NDP-on-one-path, to the whole bench: the two left out took ~55 s of CI's namespace tests
+(the quick bench's fixture: 101.7 s with them, 47.1 s without, 2026-12-07 rehearsals)."""
 HTSIM = {
     "mrc": {"what": "NDP, per-packet spraying over all paths", "mean": 87.7, "min": 87.0},
     "mrc-16ev": {"what": "NDP, ECMP-hashed over 16 EVs", "mean": 76.7, "min": 67.3},
