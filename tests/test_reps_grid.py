@@ -141,8 +141,8 @@ def test_the_failure_modes_fail_what_the_simulator_fails() -> None:
     spines = {f"spine{k}" for k in range(1, 5)}
     assert {e["direction"][0] for e in g.mode_events("switch-ber-1pct")} == spines
     assert {e["direction"][1] for e in g.mode_events("link-ber-1pct")} == spines
-    tenp = g.ten_percent_cables()
-    assert len(tenp) == 6 and len(set(tenp)) == 6
+    tenp = {tuple(e["direction"]) for e in g.mode_events("10pct-links-failed", "8to1", "incast")}
+    assert len(tenp) == 6 and all(leaf.startswith("leaf") for leaf, _ in tenp)  # uplinks
     assert set(g.MODES) - {"none"} == set(g.HTSIM_MODE)  # each mode has its simulator file
     with pytest.raises(ValueError, match="mode: one of"):
         g.mode_events("meteor-strike")
@@ -164,6 +164,8 @@ HTSIM_TRAFFIC = {"permutation": "perm", "incast": "incast8"}
         "link-degraded",
         "switch-and-link-failed-100us",
         "switch-and-link-failed",
+        "10pct-links-failed",
+        "10pct-links-degraded",
     ],
 )
 def test_each_cell_fails_the_element_the_simulators_reps_run_failed(
@@ -182,6 +184,21 @@ def test_each_cell_fails_the_element_the_simulators_reps_run_failed(
     # A cable of a dead spine is dead with it (the simulator sometimes picked one of those).
     assert spines == want_spines and want_cables <= cables
     assert all(c in want_cables or c.split("->")[0] in spines for c in cables)
+
+
+@pytest.mark.parametrize("fabric", sorted(g.FABRICS))
+@pytest.mark.parametrize("traffic", g.TRAFFIC)
+def test_link_flaps_fail_the_simulators_cables_in_its_order_then_go_on(
+    fabric: str, traffic: str
+) -> None:
+    """In the incast the simulator's flaps hit the receiver's-leaf downlinks, which carry all
+    of its data; cables drawn at random would mostly carry nothing."""
+    name = f"ls_{fabric}__{HTSIM_TRAFFIC[traffic]}__{g.HTSIM_MODE['link-flaps']}__reps.json"
+    want = [e["element"] for e in json.loads((HTSIM_RESULTS / name).read_text())["failure_events"]]
+    holes = [e for e in g.mode_events("link-flaps", fabric, traffic) if e["action"] == "blackhole"]
+    assert ["->".join(e["direction"]) for e in holes[: len(want)]] == want
+    assert [e["at"] for e in holes[:3]] == pytest.approx([10e-6, 110e-6, 210e-6])
+    assert len(holes) > len(want) and holes[-1]["at"] < g.DURATION_S  # it goes on to the end
 
 
 def test_an_incast_fails_a_senders_uplink_not_an_ack_only_cable() -> None:
@@ -204,6 +221,12 @@ def test_flaps_fail_a_new_cable_every_100us_for_50us() -> None:
     cables = [tuple(e["direction"]) for e in holes]
     assert len(set(cables)) == len(cables)  # 20 flaps, 64 cables: a new one each time
     assert all(heals[tuple(e["direction"])] == pytest.approx(e["at"] + 50e-6) for e in holes)
+    # The 8:1 incast's simulator run flapped spine1 -> leaf1 twice running: so does its cell.
+    ev = g.mode_events("link-flaps", "8to1", "incast")
+    holes = [e for e in ev if e["action"] == "blackhole"]
+    heals = [(tuple(e["direction"]), e["at"]) for e in ev if e["action"] == "heal"]
+    assert [d for d, _ in heals] == [tuple(e["direction"]) for e in holes]
+    assert [t for _, t in heals] == pytest.approx([e["at"] + 50e-6 for e in holes])
     spines = g.mode_events("switch-flaps")
     first = {e["direction"][0] for e in spines if e["at"] == pytest.approx(10e-6)}
     assert first == {"spine4"}
