@@ -166,6 +166,8 @@ HTSIM_TRAFFIC = {"permutation": "perm", "incast": "incast8"}
         "switch-and-link-failed",
         "10pct-links-failed",
         "10pct-links-degraded",
+        "10pct-switches-failed",
+        "10pct-switches-degraded",
     ],
 )
 def test_each_cell_fails_the_element_the_simulators_reps_run_failed(

@@ -156,7 +156,8 @@ PICKS: dict[tuple[str, str], dict[str, Any]] = {
         "cable_100us": ("spine2", "leaf2"),  # fail_one_cable_after_10us_for_100us
         "switch_100us": "spine2",  # fail_one_switch_after_10us_for_100us
         "pair_100us": ("spine2", ("spine2", "leaf2")),  # fail_one_switch_and_cable_after_...
-        "ten_pct_switches": ("spine4", "spine2"),  # 10_percent_failed_switches (2 of 12)
+        "ten_pct_switches": ("spine4", "spine2"),  # 10_percent_degraded_switches (2 of 12)
+        "ten_pct_switches_failed": ("spine4", "spine1"),  # 10_percent_failed_switches
     },
     ("8to1", "permutation"): {
         "ten_pct_cables": PERM_TEN_PCT_CABLES,  # 10_percent_failed_cables, 10_percent_degraded_cables
@@ -166,6 +167,7 @@ PICKS: dict[tuple[str, str], dict[str, Any]] = {
         "switch_100us": "spine3",
         "pair_100us": ("spine3", ("spine3", "leaf5")),
         "ten_pct_switches": ("spine4", "spine2"),
+        "ten_pct_switches_failed": ("spine4", "spine2"),
     },
     ("1to1", "incast"): {
         "ten_pct_cables": INCAST_TEN_PCT_CABLES,  # 10_percent_failed_cables, 10_percent_degraded_cables
@@ -175,6 +177,7 @@ PICKS: dict[tuple[str, str], dict[str, Any]] = {
         "switch_100us": "spine3",
         "pair_100us": ("spine3", ("leaf4", "spine4")),
         "ten_pct_switches": ("spine4",),  # the simulator drew one of 12 here
+        "ten_pct_switches_failed": ("spine4",),
     },
     ("8to1", "incast"): {
         "ten_pct_cables": INCAST_TEN_PCT_CABLES,  # 10_percent_failed_cables, 10_percent_degraded_cables
@@ -184,6 +187,7 @@ PICKS: dict[tuple[str, str], dict[str, Any]] = {
         "switch_100us": "spine4",
         "pair_100us": ("spine4", ("leaf4", "spine3")),
         "ten_pct_switches": ("spine4",),
+        "ten_pct_switches_failed": ("spine4",),
     },
 }
 # The simulator's "degraded" (sim/failuregenerator.cpp): a degraded switch divides every port's
@@ -288,8 +292,8 @@ def spine_egress() -> list[tuple[str, str]]:
     return [c for s in range(1, SPINES + 1) for c in egress(f"spine{s}")]
 
 
-def _ten_pct_switches(k: dict[str, Any]) -> list[tuple[str, str]]:
-    return [c for sw in k["ten_pct_switches"] for c in egress(sw)]
+def _ten_pct_switches(k: dict[str, Any], key: str = "ten_pct_switches") -> list[tuple[str, str]]:
+    return [c for sw in k[key] for c in egress(sw)]
 
 
 def _pair_100us(k: dict[str, Any]) -> list:
@@ -310,7 +314,7 @@ MODE_EVENTS: dict[str, Callable[[dict[str, Any]], list]] = {
     # 1 % of packets corrupted: every cross-leaf packet crosses one uplink and one spine.
     "link-ber-1pct": lambda k: _impaired(uplinks(), corrupt_percent=BER_PCT),
     "switch-ber-1pct": lambda k: _impaired(spine_egress(), corrupt_percent=BER_PCT),
-    "10pct-switches-failed": lambda k: _dead(_ten_pct_switches(k)),
+    "10pct-switches-failed": lambda k: _dead(_ten_pct_switches(k, "ten_pct_switches_failed")),
     "10pct-links-failed": lambda k: _dead(list(k["ten_pct_cables"])),
     "10pct-switches-degraded": lambda k: _slowed_lossy(_ten_pct_switches(k), k["spine_mbps"]),
     "10pct-links-degraded": lambda k: _lossy(list(k["ten_pct_cables"]), CABLE_DEGRADED_LOSS_PCT),
