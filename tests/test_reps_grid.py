@@ -203,6 +203,15 @@ def test_link_flaps_fail_the_simulators_cables_in_its_order_then_go_on(
     assert len(holes) > len(want) and holes[-1]["at"] < g.DURATION_S  # it goes on to the end
 
 
+@pytest.mark.parametrize("fabric", sorted(g.FABRICS))
+def test_the_incast_has_the_simulators_senders_and_receiver(fabric: str) -> None:
+    """Where the senders sit decides which flows a failed uplink touches."""
+    for f in HTSIM_RESULTS.glob(f"ls_{fabric}__incast8__*__reps.json"):
+        flows = json.loads(f.read_text())["flows"]
+        assert sorted(x["src"] for x in flows) == sorted(g.INCAST_SRCS), f.name
+        assert {x["dst"] for x in flows} == {g.INCAST_DST}, f.name
+
+
 def test_an_incast_fails_a_senders_uplink_not_an_ack_only_cable() -> None:
     (hole,) = g.mode_events("link-failed", "1to1", "incast")
     leaf = hole["direction"][0]
