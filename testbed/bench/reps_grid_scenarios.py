@@ -121,7 +121,7 @@ SECOND_CABLE = ("spine1", "leaf1")  # fail_one_switch_one_cable: spine4, and spi
 # 10_percent_degraded_cables fail the same ones): uplinks, the first cable a packet meets; 13
 # in the permutation (five leaves lose two of their four uplinks), 6 in the incast (uplinks of
 # its 4 sender leaves; tools/reps_htsim/README.md: how it picks). The grid drew 6 of the
-# 64 leaf-spine directions at random until 2026-12-08: half the permutation's failures, and in
+# 64 leaf-spine directions at random until 2026-12-08: under half the permutation's, and in
 # the incast a receiver's-leaf downlink (spine1 -> leaf1), which at 8:1 cut the receiver's four
 # 100 Gbps links to three, a bound of 895 µs where the simulator's is 671
 # (docs/measurements/2026-12-08-the-simulators-cables.md).
