@@ -206,7 +206,9 @@ def test_link_flaps_fail_the_simulators_cables_in_its_order_then_go_on(
 @pytest.mark.parametrize("fabric", sorted(g.FABRICS))
 def test_the_incast_has_the_simulators_senders_and_receiver(fabric: str) -> None:
     """Where the senders sit decides which flows a failed uplink touches."""
-    for f in HTSIM_RESULTS.glob(f"ls_{fabric}__incast8__*__reps.json"):
+    runs = sorted(HTSIM_RESULTS.glob(f"ls_{fabric}__incast8__*__reps.json"))
+    assert len(runs) == len(g.MODES)  # one per mode, "none" included
+    for f in runs:
         flows = json.loads(f.read_text())["flows"]
         assert sorted(x["src"] for x in flows) == sorted(g.INCAST_SRCS), f.name
         assert {x["dst"] for x in flows} == {g.INCAST_DST}, f.name

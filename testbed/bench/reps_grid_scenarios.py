@@ -160,7 +160,7 @@ PICKS: dict[tuple[str, str], dict[str, Any]] = {
         "cable_100us": ("spine2", "leaf2"),  # fail_one_cable_after_10us_for_100us
         "switch_100us": "spine2",  # fail_one_switch_after_10us_for_100us
         "pair_100us": ("spine2", ("spine2", "leaf2")),  # fail_one_switch_and_cable_after_...
-        "ten_pct_switches": ("spine4", "spine2"),  # 10_percent_degraded_switches (2 of 12)
+        "ten_pct_switches_degraded": ("spine4", "spine2"),  # 10_percent_degraded_switches (2 of 12)
         "ten_pct_switches_failed": ("spine4", "spine1"),  # 10_percent_failed_switches
     },
     ("8to1", "permutation"): {
@@ -170,7 +170,7 @@ PICKS: dict[tuple[str, str], dict[str, Any]] = {
         "cable_100us": ("spine3", "leaf6"),
         "switch_100us": "spine3",
         "pair_100us": ("spine3", ("spine3", "leaf5")),
-        "ten_pct_switches": ("spine4", "spine2"),
+        "ten_pct_switches_degraded": ("spine4", "spine2"),
         "ten_pct_switches_failed": ("spine4", "spine2"),
     },
     ("1to1", "incast"): {
@@ -180,7 +180,7 @@ PICKS: dict[tuple[str, str], dict[str, Any]] = {
         "cable_100us": ("leaf4", "spine4"),
         "switch_100us": "spine3",
         "pair_100us": ("spine3", ("leaf4", "spine4")),
-        "ten_pct_switches": ("spine4",),  # the simulator drew one of 12 here
+        "ten_pct_switches_degraded": ("spine4",),  # the simulator drew one of 12 here
         "ten_pct_switches_failed": ("spine4",),
     },
     ("8to1", "incast"): {
@@ -190,7 +190,7 @@ PICKS: dict[tuple[str, str], dict[str, Any]] = {
         "cable_100us": ("leaf4", "spine3"),
         "switch_100us": "spine4",
         "pair_100us": ("spine4", ("leaf4", "spine3")),
-        "ten_pct_switches": ("spine4",),
+        "ten_pct_switches_degraded": ("spine4",),
         "ten_pct_switches_failed": ("spine4",),
     },
 }
@@ -258,7 +258,8 @@ def _rolling(groups: list[list[tuple[str, str]]]) -> list:
 def _flaps(k: dict[str, Any], seed: int = SEED) -> list:
     """A new cable at a time: the simulator's REPS run's cables of this cell in its order, then
     the other cables in a seeded order (the simulator stopped drawing when its flows ended)."""
-    cables = [c for c in all_cables() if c not in set(k["cable_flaps"])]
+    theirs = set(k["cable_flaps"])
+    cables = [c for c in all_cables() if c not in theirs]
     random.Random(f"reps-grid-flaps:{seed}").shuffle(cables)
     return _rolling([[c] for c in (*k["cable_flaps"], *cables)])
 
@@ -296,8 +297,8 @@ def spine_egress() -> list[tuple[str, str]]:
     return [c for s in range(1, SPINES + 1) for c in egress(f"spine{s}")]
 
 
-def _ten_pct_switches(k: dict[str, Any], key: str = "ten_pct_switches") -> list[tuple[str, str]]:
-    return [c for sw in k[key] for c in egress(sw)]
+def _spines_egress(spines: tuple[str, ...]) -> list[tuple[str, str]]:
+    return [c for sw in spines for c in egress(sw)]
 
 
 def _pair_100us(k: dict[str, Any]) -> list:
@@ -318,9 +319,11 @@ MODE_EVENTS: dict[str, Callable[[dict[str, Any]], list]] = {
     # 1 % of packets corrupted: every cross-leaf packet crosses one uplink and one spine.
     "link-ber-1pct": lambda k: _impaired(uplinks(), corrupt_percent=BER_PCT),
     "switch-ber-1pct": lambda k: _impaired(spine_egress(), corrupt_percent=BER_PCT),
-    "10pct-switches-failed": lambda k: _dead(_ten_pct_switches(k, "ten_pct_switches_failed")),
+    "10pct-switches-failed": lambda k: _dead(_spines_egress(k["ten_pct_switches_failed"])),
     "10pct-links-failed": lambda k: _dead(list(k["ten_pct_cables"])),
-    "10pct-switches-degraded": lambda k: _slowed_lossy(_ten_pct_switches(k), k["spine_mbps"]),
+    "10pct-switches-degraded": lambda k: _slowed_lossy(
+        _spines_egress(k["ten_pct_switches_degraded"]), k["spine_mbps"]
+    ),
     "10pct-links-degraded": lambda k: _lossy(list(k["ten_pct_cables"]), CABLE_DEGRADED_LOSS_PCT),
     "switch-flaps": lambda k: _switch_flaps(),
     "link-flaps": _flaps,
